@@ -19,7 +19,8 @@ from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, step_size
-from dagprof.passes.data_parallel import _call_load, _stretch, ddp_to_fsdp, fsdp_to_ddp, to_data_parallel, user_units
+from dagprof.passes.data_parallel import _call_load, _stretch, ddp_to_fsdp, to_data_parallel, user_units
+from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.passes.link_fit import find_collectives
 from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import param_owners, to_data_parallel, with_optimizer_state
+from dagprof.passes.data_parallel import to_data_parallel, with_optimizer_state
 from dagprof.passes.fsdp_mesh import uncalibrated_step_note
+from dagprof.passes.fsdp_to_ddp import param_owners
 from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load

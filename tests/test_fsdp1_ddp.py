@@ -12,7 +12,7 @@ import numpy as np
 from testdata import DATA
 
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import fsdp_to_ddp
+from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.passes.overlap import comm_overlap, core_bound_slowdown, slowed_nodes
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario

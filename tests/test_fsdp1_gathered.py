@@ -36,7 +36,7 @@ def test_ddp_from_fsdp1_steps_plain_tensors_times_the_ranks(capsys):
     import numpy as np
 
     from dagprof.cli.main import main
-    from dagprof.passes.data_parallel import fsdp_to_ddp
+    from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
     from dagprof.traces.events import Kind
 
     g = build_graph(read_run(SGO))

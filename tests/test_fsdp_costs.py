@@ -20,8 +20,9 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes.comm import set_topology
-from dagprof.passes.data_parallel import _stretch, ddp_to_fsdp, fsdp_to_ddp, host_note
+from dagprof.passes.data_parallel import _stretch, ddp_to_fsdp, host_note
 from dagprof.passes.fsdp_mesh import scale_fsdp_workers
+from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.search.fsdp_memory import fsdp_peak
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import evaluate

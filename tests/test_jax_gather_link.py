@@ -11,7 +11,7 @@ import os
 import sys
 
 import numpy as np
-from testdata import DATA
+from testdata import DATA, at_testbed_wire
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
@@ -21,20 +21,14 @@ from dagprof.analysis.interval import step_times  # noqa: E402
 from dagprof.passes.link_fit import fit_topology, fitted_stalls, link_fit, profiled_comm, transfer_spanned  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.replay import replay  # noqa: E402
-from dagprof.search.scenario import profiled_at  # noqa: E402
 from dagprof.traces.events import CommKind  # noqa: E402
 
 RUN = DATA / "tf-jax" / "zero-rs-1g"
 MEASURED_200M_MS = 138.0  # the same round's 200 Mbit/s job, median step (``bench_frameworks.py --testbed``, ``measured``)
 
 
-def _marked():
-    g = open_run(RUN).graph
-    return profiled_at(g, rate_models(g, str(RUN), 1e9, 200e6).settings)
-
-
 def test_the_link_is_fitted_to_the_reduce_scatters_and_the_gathers_get_their_own():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     comm = profiled_comm(g)
     spans = transfer_spanned(g, comm)
     assert set(g.comm_kind[comm][~spans].tolist()) == {CommKind.ALL_GATHER}
@@ -64,7 +58,7 @@ def test_the_model_follows_each_profiled_step_and_keeps_each_instances_own_time_
     assert len(measured) == 8
     np.testing.assert_allclose(model, measured, rtol=0.01)
     comm = profiled_comm(m.model)
-    own = g.dur[comm] - fitted_stalls(_marked())[comm]
+    own = g.dur[comm] - fitted_stalls(at_testbed_wire(RUN))[comm]
     for kind, size in {(int(k), int(b)) for k, b in zip(g.comm_kind[comm], g.nbytes[comm])}:
         sel = (g.comm_kind[comm] == kind) & (g.nbytes[comm] == size)
         # at either rate one price a kind and size, and each instance beside it by its own time as measured (its stall

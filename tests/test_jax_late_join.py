@@ -12,30 +12,23 @@ import os
 import sys
 
 import numpy as np
-from testdata import DATA
+from testdata import DATA, at_testbed_wire
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from shaped_loopback import predict_rate, rate_models  # noqa: E402
+from shaped_loopback import predict_rate  # noqa: E402
 
-from dagprof.graph.dag import GraphBuilder  # noqa: E402
+from dagprof.graph.dag import GraphBuilder, NodeValues  # noqa: E402
 from dagprof.passes.average_steps import average_steps  # noqa: E402
 from dagprof.passes.link_fit import fitted_stalls, joined_together, link_fit, profiled_comm  # noqa: E402
-from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.search.scenario import profiled_at  # noqa: E402
 from dagprof.traces.events import CommKind  # noqa: E402
 
 RUN = DATA / "tf-jax" / "zero-rs-late"
 MEASURED_200M_MS = 138.6  # the same round's 200 Mbit/s job, median step (``bench_frameworks.py --testbed``, ``measured``)
 
 
-def _marked():
-    g = open_run(RUN).graph
-    return profiled_at(g, rate_models(g, str(RUN), 1e9, 200e6).settings)
-
-
 def test_the_collectives_joined_far_apart_are_left_out_and_keep_their_own_time():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     comm = profiled_comm(g)
     together = joined_together(g, comm)
     late = comm[~together]
@@ -46,7 +39,7 @@ def test_the_collectives_joined_far_apart_are_left_out_and_keep_their_own_time()
 
 
 def test_the_link_is_not_read_faster_than_the_late_joins_showed():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     fit = link_fit(g)
     wire = 1e6 / g.meta.wire_bytes_per_s
     assert fit.weak is None and fit.link.beta_us_per_byte > 0.65 * wire  # main: 0.56; now 0.69
@@ -60,13 +53,17 @@ def test_a_slower_wire_is_predicted_closer_from_the_late_joined_profile():
 
 
 def test_the_ready_spread_is_the_builders_record_and_a_graph_without_it_keeps_every_instance():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     comm = profiled_comm(g)
-    assert np.isfinite(g.ready_spread[comm]).any() and (g.ready_spread[comm][np.isfinite(g.ready_spread[comm])] >= 0).all()
-    assert np.isnan(g.ready_spread[g.rank >= 0]).all()  # recorded on the shared transfers only
-    copied, _ = GraphBuilder.from_graph(g)  # a pass that copies the graph keeps the record
-    np.testing.assert_array_equal(copied.build().ready_spread, g.ready_spread)
+    spread = g.ready_spread.at(np.arange(len(g)))
+    assert np.isfinite(spread[comm]).any() and (spread[comm][np.isfinite(spread[comm])] >= 0).all()
+    assert np.isnan(spread[g.rank >= 0]).all() and len(g.ready_spread.ids) <= (g.rank < 0).sum()  # on the shared transfers only
+    keep = np.arange(len(g)) % 3 > 0  # a pass that copies the graph keeps the record, on the nodes it kept
+    copied, _ = GraphBuilder.from_graph(g, keep)
+    np.testing.assert_array_equal(copied.build().ready_spread.at(np.arange(int(keep.sum()))), spread[keep])
+    old_of_new = np.r_[comm[::-1], comm]  # a copy that repeats nodes (passes.workers): each copy keeps its value
+    np.testing.assert_array_equal(g.ready_spread.taken(old_of_new).at(np.arange(len(old_of_new))), spread[old_of_new])
     assert not joined_together(g, comm).all()
-    assert joined_together(g.replace(ready_spread=np.full(len(g), np.nan)), comm).all()  # not recorded: every one kept
+    assert joined_together(g.replace(ready_spread=NodeValues()), comm).all()  # not recorded: every one kept
     averaged = average_steps(g)  # a mean over the steps is no one instance's spread
     assert joined_together(averaged, profiled_comm(averaged)).all()

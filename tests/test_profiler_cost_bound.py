@@ -12,6 +12,7 @@ import random
 import statistics
 import sys
 
+import numpy as np
 import pytest
 from testdata import DATA
 
@@ -20,6 +21,8 @@ from dagprof.costmodel.topology import Topology
 from dagprof.passes import fit_topology, set_topology
 from dagprof.passes.average_steps import average_steps
 from dagprof.passes.profiler_cost import (
+    ModelReplays,
+    correct_profiler_cost,
     describe_removal,
     host_work_us,
     measure_profiler_cost,
@@ -47,10 +50,31 @@ def test_a_wire_bound_step_loses_no_more_host_work_than_its_excess_on_every_rank
     assert host_work_us(averaged) - host_work_us(fixed) == pytest.approx(2 * (cost.profiled_us - cost.unprofiled_us), rel=0.001)
     _, by_step = remove_profiler_cost(averaged, cost, job_iteration_us, model=model, bounded=False)
     assert by_step < 0.6 < factor  # the step alone would take half the host work
-    removed = removed_share(model, factor, job_iteration_us, cost)  # the model drops by what that host work was on its path
+    removed = removed_share(ModelReplays(model, job_iteration_us), factor, cost)  # the model drops by what that host work was on its path
     assert 0 < removed < cost.share
     assert removed == pytest.approx(1 - job_iteration_us(scale_host_work(model, factor)) / job_iteration_us(model))
     assert describe_removal(averaged, cost, removed).endswith("the rest of the cost lies in waits, not host work")
+
+
+def test_the_share_removed_is_read_from_the_searchs_own_replays():
+    """``correct_profiler_cost`` replays the model no more than the factor's search does, and once more only where the
+    search stopped on the bound before replaying the factor it took; its share is ``removed_share`` on fresh replays."""
+    g = open_run(KEPT / "0" / "r2" / "run").graph
+    cost = measure_profiler_cost(g)
+    averaged = average_steps(g, replay)
+    model = set_topology(averaged, Topology.flat(2, fit_topology(averaged).inter))
+    seen: list[float] = []
+
+    def counted(x):
+        seen.append(job_iteration_us(x))
+        return seen[-1]
+
+    fixed, factor = remove_profiler_cost(averaged, cost, counted, model=model)
+    searched = len(seen)
+    fix = correct_profiler_cost(averaged, cost, counted, model=model)
+    assert len(seen) - searched <= searched + 1  # was the search's replays and two more
+    assert fix.factor == factor and np.array_equal(fix.graph.dur, fixed.dur)
+    assert fix.share == removed_share(ModelReplays(model, job_iteration_us), factor, cost) > 0
 
 
 def test_a_host_bound_run_keeps_its_correction():
@@ -61,7 +85,7 @@ def test_a_host_bound_run_keeps_its_correction():
     averaged = average_steps(g, replay)
     fixed, factor = remove_profiler_cost(averaged, cost, job_iteration_us)
     assert cost.usable and factor == remove_profiler_cost(averaged, cost, job_iteration_us, bounded=False)[1] < 0.7
-    assert removed_share(averaged, factor, job_iteration_us, cost) == cost.share
+    assert removed_share(ModelReplays(averaged, job_iteration_us), factor, cost) == cost.share
     assert describe_removal(averaged, cost, cost.share) == cost.describe()
 
 

@@ -7,6 +7,19 @@ KINETO_CORPUS = DATA / "kineto-corpus"
 GLOO_WINDOWS = DATA / "gloo-windows"
 
 
+def at_testbed_wire(run: Path):
+    """The graph of a vendored testbed round profiled on the shaped loopback at 1 Gbit/s, marked with that wire as the
+    benches' what-ifs to 200 Mbit/s mark it (``bench/shaped_loopback.rate_models``): the graph the link fit reads. The
+    caller has ``bench/`` on ``sys.path``, as every test that reads ``shaped_loopback``."""
+    from shaped_loopback import rate_models
+
+    from dagprof.pipeline import open_run
+    from dagprof.search.scenario import profiled_at
+
+    g = open_run(run).graph
+    return profiled_at(g, rate_models(g, str(run), 1e9, 200e6).settings)
+
+
 def copy_fixture(tmp_path: Path, fixture: str) -> Path:
     """A writable copy of a vendored run folder, to damage."""
     import shutil

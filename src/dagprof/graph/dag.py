@@ -14,6 +14,7 @@ at once, picking the ready node with the smallest ``order``; a node starts
 from __future__ import annotations
 
 import enum
+import math
 from array import array
 from dataclasses import dataclass, field, replace as _dc_replace
 from functools import cached_property
@@ -45,13 +46,47 @@ NODE_COLUMNS: dict[str, Any] = {
     "role": np.int8,  # a collective's issue, join and transfer: traces.events.CommRole, as its reader set it; PLAIN elsewhere
     "comm_kind": np.uint8,  # a collective's issue, join and transfer: traces.events.CommKind, as its reader or pass set it
     "group_size": np.int32,  # a rank's piece of an op that ran the model's own collective: its group's size (EventTable.group_size); 0 elsewhere
-    # us: a shared collective's spread of its ranks' measured ready points (graph.shared_collectives, read by
-    # passes.link_fit.joined_together); NaN: not recorded (one rank, a node a pass made or averaged)
-    "ready_spread": np.float32,  # a few us of spread against a collective's ms: float32 keeps the node at 71 bytes
 }
 
 
 _TYPECODE = {c: np.dtype(t).char.replace("l", "q") for c, t in NODE_COLUMNS.items()}  # array.array codes of the same widths
+
+
+@dataclass(frozen=True, eq=False)
+class NodeValues:
+    """A float32 value on a few of a graph's nodes (``ids``, ascending), NaN on every other: a column that only some nodes
+    carry (``Graph.ready_spread``: shared collectives), 8 bytes a carrier where a dense column costs 4 bytes a node."""
+
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32))
+
+    def at(self, nodes: np.ndarray) -> np.ndarray:
+        """The values of ``nodes`` (float32), NaN where none is kept."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        out = np.full(nodes.shape, np.nan, dtype=np.float32)
+        if len(self.ids) and nodes.size:
+            pos = np.minimum(np.searchsorted(self.ids, nodes), len(self.ids) - 1)
+            hit = self.ids[pos] == nodes
+            out[hit] = self.values[pos[hit]]
+        return out
+
+    def renumbered(self, remap: np.ndarray) -> "NodeValues":
+        """On the graph a pass made by the old -> new id map ``remap`` (-1: the node dropped)."""
+        new = remap[self.ids]
+        ok = new >= 0
+        order = np.argsort(new[ok], kind="stable")
+        return NodeValues(new[ok][order].astype(np.int32), self.values[ok][order])
+
+    def taken(self, old_of_new: np.ndarray) -> "NodeValues":
+        """On a graph whose node k is node ``old_of_new[k]`` of this one (a copy may repeat a node: each copy keeps its value)."""
+        v = self.at(old_of_new)
+        ok = ~np.isnan(v)
+        return NodeValues(np.flatnonzero(ok).astype(np.int32), v[ok])
+
+    def where(self, keep: np.ndarray) -> "NodeValues":
+        """Only the nodes in the boolean mask ``keep`` keep theirs."""
+        ok = np.asarray(keep, dtype=bool)[self.ids]
+        return NodeValues(self.ids[ok], self.values[ok])
 
 
 class DeviceKind(enum.IntEnum):
@@ -91,7 +126,10 @@ class Graph:
     role: np.ndarray | None = None  # NODE_COLUMNS["role"]; None: all CommRole.PLAIN
     comm_kind: np.ndarray | None = None  # NODE_COLUMNS["comm_kind"]; None: all CommKind.UNKNOWN
     group_size: np.ndarray | None = None  # NODE_COLUMNS["group_size"]; None: all 0
-    ready_spread: np.ndarray | None = None  # NODE_COLUMNS["ready_spread"]; None: all NaN (not recorded)
+    # us: a shared collective's spread of its ranks' measured ready points (graph.shared_collectives, read by
+    # passes.link_fit.joined_together), on the collectives that have one; NaN: not recorded (one ready rank, a node a pass
+    # made or averaged). None: none recorded
+    ready_spread: NodeValues | None = None
     meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __post_init__(self) -> None:
@@ -106,7 +144,7 @@ class Graph:
         if self.group_size is None:
             self.group_size = np.zeros(len(self.dur), dtype=np.int32)
         if self.ready_spread is None:
-            self.ready_spread = np.full(len(self.dur), np.nan, dtype=np.float32)
+            self.ready_spread = NodeValues()
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -197,13 +235,14 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 71 bytes a node, not 13 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 72 bytes a node, not 16 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
         self._device_ids: dict[str, int] = {}
         self.layers: list[str] = []
         self._layer_ids: dict[str, int] = {}
+        self._spread_ids, self._spread = array("i"), array("f")  # Graph.ready_spread: the nodes that have one, ascending
         self._src: list[np.ndarray | int] = []
         self._dst: list[np.ndarray | int] = []
         self.meta = GraphMeta()
@@ -261,7 +300,9 @@ class GraphBuilder:
         c["role"].append(int(role))
         c["comm_kind"].append(int(comm_kind))
         c["group_size"].append(int(group_size))
-        c["ready_spread"].append(float(ready_spread))
+        if not math.isnan(ready_spread):
+            self._spread_ids.append(len(c["dur"]) - 1)
+            self._spread.append(float(ready_spread))
         return len(c["dur"]) - 1
 
     def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
@@ -273,7 +314,7 @@ class GraphBuilder:
             given = columns.get(col)
             if given is None:  # add_node's defaults
                 zero = col in ("dur", "gap", "order", "nbytes", "exit_lag", "role", "comm_kind", "group_size")
-                given = np.full(n, 0 if zero else int(Dim.DP) if col == "dim" else np.nan if col == "ready_spread" else -1)
+                given = np.full(n, 0 if zero else int(Dim.DP) if col == "dim" else -1)
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(memoryview(np.ascontiguousarray(given, NODE_COLUMNS[col])).cast("B"))  # no bytes copy
@@ -307,8 +348,9 @@ class GraphBuilder:
     def build(self) -> Graph:
         n = len(self)
         cols = {c: np.frombuffer(v, dtype=NODE_COLUMNS[c]).copy() for c, v in self._cols.items()}
+        spread = NodeValues(np.frombuffer(self._spread_ids, np.int32).copy(), np.frombuffer(self._spread, np.float32).copy())
         src, dst = self.edges()
-        return csr_graph(n, src, dst, names=self.names, devices=self.devices, layers=self.layers, meta=self.meta, **cols)
+        return csr_graph(n, src, dst, names=self.names, devices=self.devices, layers=self.layers, meta=self.meta, ready_spread=spread, **cols)
 
     @classmethod
     def from_graph(cls, g: Graph, keep: np.ndarray | None = None) -> tuple["GraphBuilder", np.ndarray]:
@@ -327,6 +369,9 @@ class GraphBuilder:
             b._cols[c] = array(_TYPECODE[c], np.ascontiguousarray(getattr(g, c)[keep], dtype=NODE_COLUMNS[c]).tobytes())
         remap = np.full(len(g), -1, dtype=np.int64)
         remap[keep] = np.arange(int(keep.sum()))
+        spread = g.ready_spread.renumbered(remap)
+        b._spread_ids, b._spread = (array(t, np.ascontiguousarray(a, d).tobytes()) for t, a, d in
+                                    (("i", spread.ids, np.int32), ("f", spread.values, np.float32)))
         src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
         ms, md = remap[src], remap[g.succ]
         ok = (ms >= 0) & (md >= 0)

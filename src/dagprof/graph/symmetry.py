@@ -201,4 +201,4 @@ def _subgraph(g: Graph, keep: np.ndarray) -> Graph:
     dst = remap[g.succ]
     ok = (src >= 0) & (dst >= 0)
     return csr_graph(int(keep.sum()), src[ok], dst[ok], names=g.names, devices=g.devices, layers=g.layers,
-                     meta=g.meta.copy(), **{c: getattr(g, c)[keep] for c in NODE_COLUMNS})
+                     meta=g.meta.copy(), ready_spread=g.ready_spread.renumbered(remap), **{c: getattr(g, c)[keep] for c in NODE_COLUMNS})

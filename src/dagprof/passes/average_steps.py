@@ -137,7 +137,7 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     dur, gap = dur[inverse] + g.dur - own_dur, gap[inverse] + g.gap - own_gap  # the first step keeps its waits where they were
     out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur), gap=np.where(keep, g.gap, gap),
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse]),
-                                           ready_spread=np.where(keep, g.ready_spread, np.float32(np.nan))), background)  # one step's spread: not the mean's
+                                           ready_spread=g.ready_spread.where(keep)), background)  # one step's spread: not the mean's
     note = _too_few_steps(g, entry)
     if note:
         out.meta.warnings.append(note)

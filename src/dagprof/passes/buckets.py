@@ -248,16 +248,27 @@ def _filled(nodes: list[int], grad_bytes: np.ndarray, cap: float, first: float |
     to its limit (``first`` for the first built). DDP with ``find_unused_parameters=True`` (``never_rebuilt``) builds them
     once from the parameters in registration order, the reverse of ready order: filled from the other end, so the bucket
     left short is the first ready, not the last (``passes.gradients.gradient_order``)."""
-    built, acc, top = [], 0.0, None
-    for v in (reversed(nodes) if never_rebuilt else nodes):
-        top = v if top is None or not never_rebuilt else top  # a bucket is ready at its last node in ready order
-        acc += grad_bytes[v]
-        if acc >= (cap if built or first is None else first):
-            built.append((top, int(round(acc))))
-            acc, top = 0.0, None
-    if acc > 0:
-        built.append((top if never_rebuilt else nodes[-1], int(round(acc))))
+    filled = nodes[::-1] if never_rebuilt else nodes
+    # a bucket is ready at its last node in ready order: filled from the other end, its first
+    built = [(filled[start if never_rebuilt else stop - 1], int(round(acc)))
+             for start, stop, acc in fill_buckets([grad_bytes[v] for v in filled], cap, first)]
     return built[::-1] if never_rebuilt else built
+
+
+def fill_buckets(sizes: list, cap: float, first: float | None) -> list[tuple[int, int, float]]:
+    """DDP's ``Reducer`` rule on gradients of ``sizes`` bytes in the order it fills its buckets: each bucket closed at the
+    gradient that brings it to its limit (``first`` for the first, None: ``cap``; ``cap`` after), the rest in a last one
+    where it holds bytes. As (start, stop, bytes) over ``sizes``: ``_filled`` on graph nodes, ``passes.fsdp_to_ddp`` on
+    the modules that own gradients."""
+    out, start, acc = [], 0, 0
+    for k, nb in enumerate(sizes):
+        acc += nb
+        if acc >= (cap if out or first is None else first):
+            out.append((start, k + 1, acc))
+            start, acc = k + 1, 0
+    if acc > 0:
+        out.append((start, len(sizes), acc))
+    return out
 
 
 def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, int]) -> tuple[list[int], np.ndarray]:
@@ -337,6 +348,15 @@ def _by_time(g: Graph, nodes: list[int], nbytes: int) -> list[float]:
     share = np.floor(w / w.sum() * nbytes)
     share[-1] += nbytes - share.sum()
     return share.tolist()
+
+
+def main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
+    """The nodes of ``rank``'s main lane (``GraphMeta.main_device``; every device of the rank where not recorded) in
+    ``step``, in program order."""
+    dev = g.meta.main_device.get(rank)
+    sel = (g.step == step) & (g.rank == rank) & ((g.device == dev) if dev is not None else (g.device >= 0))
+    idx = np.flatnonzero(sel)
+    return idx[np.argsort(g.order[idx], kind="stable")]
 
 
 def chain_lanes(b: GraphBuilder) -> None:

@@ -215,7 +215,7 @@ def joined_together(g: Graph, comm: np.ndarray) -> np.ndarray:
     durations and the model of the profiled run came out +8.8 % (was +0.4)."""
     if not jax_on_gloo(g) or g.meta.wire_bytes_per_s is None or not len(comm):
         return np.ones(len(comm), dtype=bool)
-    spread = g.ready_spread[comm]
+    spread = g.ready_spread.at(comm)
     return ~(spread > g.dur[comm])  # NaN (not recorded) compares False: kept
 
 

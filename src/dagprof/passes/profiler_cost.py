@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -304,31 +305,58 @@ def on_accelerator(g: Graph) -> np.ndarray:
     return streams[np.maximum(g.device, 0)] & (g.device >= 0)
 
 
+@dataclass
+class ModelReplays:
+    """``model``'s iteration (``iteration_us``: passes do not import the replay) as it is and with its host work scaled by
+    each factor asked (``scale_host_work``), each replayed once: the factor's search (``remove_profiler_cost``) and the
+    share it removed (``removed_share``) read the same replays."""
+
+    model: Graph
+    iteration_us: Callable[[Graph], float]
+    scaled: dict[float, float] = field(default_factory=dict)  # factor -> the iteration replayed at it (us)
+
+    @cached_property
+    def raw(self) -> float:
+        return self.iteration_us(self.model)
+
+    def at(self, factor: float) -> float:
+        if factor not in self.scaled:
+            self.scaled[factor] = self.iteration_us(scale_host_work(self.model, factor))
+        return self.scaled[factor]
+
+
 def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None,
                          rounds: int = 4, tolerance: float = 0.002, bounded: bool = True) -> tuple[Graph, float]:
     """``g`` with its host work shortened so that ``model`` (default ``g``; e.g. ``g`` under the fitted link) replays
     ``1 - cost.share`` of its iteration, removing no more host work than the measured cost can have added where the
-    ranks' CPU explains it (``least_factor``; not when ``bounded`` is False); returns the graph and the factor. ``iteration_us`` replays a
-    graph (passes do not import the replay). A few secant steps: the iteration is monotone in the factor but not
+    ranks' CPU explains it (``least_factor``; not when ``bounded`` is False); returns the graph and the factor
+    (``find_factor``)."""
+    factor = find_factor(g, cost, ModelReplays(g if model is None else model, iteration_us), rounds, tolerance, bounded)
+    return (g, 1.0) if factor is None else (scale_host_work(g, factor), factor)
+
+
+def find_factor(g: Graph, cost: ProfilerCost, model: ModelReplays, rounds: int = 4, tolerance: float = 0.002,
+                bounded: bool = True) -> float | None:
+    """The host-work factor of ``remove_profiler_cost``, found on ``model``'s replays; None where nothing is removed (the
+    cost not usable, or ``least_factor`` 1). A few secant steps: the iteration is monotone in the factor but not
     proportional to it, since communication that the host work hid may surface."""
     if not cost.usable:
-        return g, 1.0
+        return None
     floor = least_factor(g, cost) if bounded else LEAST_FACTOR
     if floor >= 1.0:
-        return g, 1.0
-    model = g if model is None else model
-    raw = iteration_us(model)
+        return None
+    raw = model.raw
     target = raw * (1.0 - cost.share)
     f0, t0 = 1.0, raw
     f1 = max(1.0 - cost.share, floor)
     for _ in range(rounds):
-        t1 = iteration_us(scale_host_work(model, f1))
+        t1 = model.at(f1)
         if abs(t1 - target) <= tolerance * target or t1 == t0:
             break
         f0, t0, f1 = f1, t1, min(1.0, max(floor, f1 + (target - t1) * (f1 - f0) / (t1 - t0)))
         if f1 == floor and t0 >= target:  # the bound holds the factor: the replay at it says how far the model drops
             break
-    return scale_host_work(g, f1), f1
+    return f1
 
 
 @dataclass(frozen=True)
@@ -342,9 +370,14 @@ class Correction:
 
 
 def correct_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None) -> Correction:
-    """``remove_profiler_cost`` on ``g`` and the share of ``model``'s (default ``g``'s) iteration that removed."""
-    fixed, factor = remove_profiler_cost(g, cost, iteration_us, model=model)
-    return Correction(fixed, factor, removed_share(g if model is None else model, factor, iteration_us, cost))
+    """``remove_profiler_cost`` on ``g`` and the share of ``model``'s (default ``g``'s) iteration that removed, from the
+    replays the factor's search made (the one at the factor found, where the search stopped on the bound before it, made
+    once here)."""
+    replays = ModelReplays(g if model is None else model, iteration_us)
+    factor = find_factor(g, cost, replays)
+    if factor is None:
+        return Correction(g, 1.0, 0.0)
+    return Correction(scale_host_work(g, factor), factor, removed_share(replays, factor, cost))
 
 
 @dataclass(frozen=True)
@@ -428,17 +461,17 @@ def removable_us(g: Graph, cost: ProfilerCost) -> float | None:
     return max(cost.cpu_us, ranks * (cost.profiled_us - cost.unprofiled_us))
 
 
-def removed_share(model: Graph, factor: float, iteration_us: Callable[[Graph], float], cost: ProfilerCost) -> float:
+def removed_share(model: ModelReplays, factor: float, cost: ProfilerCost) -> float:
     """The share of ``model``'s iteration that the correction's ``factor`` removed: ``cost.share`` where the correction
     found its factor on the step (it drops by that share, within its tolerance, or it took the least factor a load
     allows), else the model's own drop at the factor ``least_factor`` held it to. The reference a corrected model is
     checked against is the measured step less this share: the job less what the model was corrected for."""
     if not cost.usable or factor >= 1.0:
         return 0.0
-    bound = bound_factor(model, cost)
+    bound = bound_factor(model.model, cost)
     if bound is None or factor > bound + 1e-9:
         return cost.share
-    return 1.0 - iteration_us(scale_host_work(model, factor)) / iteration_us(model)
+    return 1.0 - model.at(factor) / model.raw
 
 
 def describe_removal(g: Graph, cost: ProfilerCost, removed: float) -> str:

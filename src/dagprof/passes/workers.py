@@ -234,4 +234,4 @@ def _copy_ranks(g: Graph, source: np.ndarray) -> Graph:
     meta.main_device = {r: dev_ids.get((r, g.meta.main_device[s]), g.meta.main_device[s])
                         for r, s in enumerate(source.tolist()) if s in g.meta.main_device}
     return csr_graph(n, np.concatenate(src_new), np.concatenate(dst_new), names=g.names, devices=devices, layers=g.layers,
-                     meta=meta, **cols)
+                     meta=meta, ready_spread=g.ready_spread.taken(old_of_new), **cols)
