@@ -1,9 +1,10 @@
 """TF's padded all-gathers of sparse gradients on more workers: predicted from N0-worker profiles against N-worker runs.
 
-``tf_recsys_ragged.py`` and ``tf_textcls_buckets.py`` (``bench_frameworks.py --keep``) all-gather their tables' sparse
-gradients in TF's branch that pads every worker's rows to the most any has (``cond/else/``). For each profiled run of
-N0 workers this prices those gathers on N workers (``passes.workers.scale_workers``, N the measured runs' worker count,
-same per-worker batch) and holds their bytes per step (summed over the padded gathers, the mean over the graph's steps)
+``tf_recsys_ragged.py``, ``tf_textcls_buckets.py`` and ``tf_skipgram_negative.py`` (``bench_frameworks.py --keep``)
+all-gather their tables' sparse gradients in TF's branch that pads every worker's rows to the most any has
+(``cond/else/``), or, in a step whose workers had equal rows, in the branch without padding (``cond/then/``). For each
+profiled run of N0 workers this prices those gathers on N workers (``passes.workers.scale_workers``, N the measured runs'
+worker count, same per-worker batch) and holds their bytes per step (summed over both branches' gathers, over the steps)
 against the N-worker runs' own, as their reader sized them from every worker's count (``tf_gather_rows.py`` checks those
 against the scripts' logs). With ``--step``, also ``whatif --workers N``'s step against each N-worker run's measured
 one (on 2 shared cores, 4 workers contend for cores the what-if gives each: a figure to read with that in mind).
@@ -27,15 +28,15 @@ from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.events import CommRole, Kind
 
-_PAD = re.compile(r"(?:^|/)cond(?:_\d+)?/else/")
+_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")  # TF's two branches: equal rows a worker, or padded to the most
 
 
 def padded_bytes_per_step(g) -> float:
-    """The padded gathers' bytes per step: summed over them, over the graph's steps that hold one."""
+    """The sparse gradients' all-gathers of either branch (a step whose workers had equal rows takes the branch without
+    padding; on more workers it may pad): their bytes summed, over the graph's steps."""
     sel = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.SPARSE))
-    sel = [v for v in sel.tolist() if _PAD.search(g.names[int(g.name[v])])]
-    steps = {int(g.step[v]) for v in sel}
-    return float(sum(int(g.nbytes[v]) for v in sel)) / max(len(steps), 1)
+    sel = [v for v in sel.tolist() if _BRANCH.search(g.names[int(g.name[v])])]
+    return float(sum(int(g.nbytes[v]) for v in sel)) / max(len(g.meta.steps), 1)
 
 
 def main(argv: list[str] | None = None) -> int:

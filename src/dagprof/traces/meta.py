@@ -290,8 +290,8 @@ class RankMeta(msgspec.Struct, kw_only=True):
     grad_clips: dict[int, GradClip] = {}  # dagprof runs: profiled step -> its clip_grad_norm_ calls ({}: none, or an older file)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
-    # TF: a sparse gradient's all-gather in the branch that pads unequal row counts (event) -> [this worker's rows, bytes a
-    # row]; it sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
+    # TF: a sparse gradient's all-gather in either branch (event) -> [this worker's rows, bytes a row]; the branch that pads
+    # unequal row counts sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
     padded_rows: dict[int, list[int]] = {}
     host_segments: HostSegments | None = None  # TF/JAX: the main thread's time as its host ranges label it (None: not read)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)
@@ -328,9 +328,9 @@ def tx_bytes_per_step(window_tx_bytes: int | None, steps_profiled: list[int]) ->
 
 
 class PaddedGather(msgspec.Struct, frozen=True):
-    """TF: one all-gather of a sparse gradient in the branch that pads the workers' unequal row counts, over the profiled
-    steps: every worker sends the most rows any worker has, so the profiled workers' own counts (not their most alone)
-    are what prices it on other worker counts (``passes.padded_gathers``)."""
+    """TF: one all-gather of a sparse gradient over the profiled steps, either branch (equal row counts, or padded to the
+    most any worker has): on more workers every worker sends the most rows any has, so the profiled workers' own counts
+    (not their most alone) are what prices it on other worker counts (``passes.padded_gathers``)."""
 
     row_bytes: int  # bytes of one gathered row (CollectiveSizes.row_bytes)
     rows: dict[int, list[int]]  # profiled step -> each worker's own rows that step, in rank order

@@ -134,7 +134,7 @@ class _Reader:
         self.tab = EventRows()
         self.collectives = Collectives()
         self.step_id_of: dict[int, int] = {}  # TF collective event -> its executor step id (the memory tracer's ``id``)
-        self.padded_rows: dict[int, tuple[int, int]] = {}  # TF: a padded all-gather -> (this worker's rows, bytes a row): ``_output_bytes``
+        self.padded_rows: dict[int, tuple[int, int]] = {}  # TF: a sparse gradient's all-gather -> (this worker's rows, bytes a row): ``_output_bytes``
         self.host_segments: HostSegments | None = None  # the main thread's labelled time: ``_main_lane``
         self.run_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # run ids, table rows, is a run's wait: ``_run_completions``
         env = space.plane(TASK_ENV_PLANE)
@@ -684,9 +684,9 @@ class _Reader:
         for i, coll in zip(self.collectives.event, self.collectives.kind):
             name, sid = self.tab.names[c["name"][i]], self.step_id_of.get(i, MISSING)
             per_row = self.sizes.row_bytes.get(_BRANCH_CALL.sub(r"\1/", name))  # the collector names a branch's ops less the call's number
-            if (coll == CommKind.ALL_GATHER and per_row is not None and _PAD_BRANCH.search(name)
+            if (coll == CommKind.ALL_GATHER and per_row is not None and _SPARSE_BRANCH.search(name)
                     and (ids := self._looked_up(_BRANCH_CALL.sub(r"\1/", name), int(c["step"][i]), looked_up)) is not None):
-                self.padded_rows[i] = (ids, per_row)  # its own count, sized or not here: --workers prices the padding from all
+                self.padded_rows[i] = (ids, per_row)  # its own count in either branch: --workers prices more workers' padding from all
             if c["nbytes"][i]:
                 continue
             own, rows_of = in_step.get((name, sid)), in_step.get((name[:-2], sid), (0, -1))[1]

@@ -174,13 +174,14 @@ def _from_logdirs(folder: str) -> Run:
                                                   warnings=warnings_of(warnings)))
 
 
-_BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch's call node (``tf_xplane``'s rule)
+_BRANCH_CALL = re.compile(r"/(?:then|else)/(?:_\d+/)?")  # a lowered ``If`` branch and its call node (``cond_1/else/_18/``)
+_PAD_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/else/")  # the branch that pads each worker's rows (``tf_xplane``'s rule)
 
 
 def padded_key(name: str) -> str:
-    """A padded all-gather's name across steps, workers and retraces: less its branch call (``cond/else/_1/`` ->
-    ``cond/else/``) and, for a graph node, its instance (``....CollectiveGatherV2.13``)."""
-    return _BRANCH_CALL.sub(r"\1/", name.rsplit(".", 1)[0] if re.search(r"\.\d+$", name) else name)
+    """A sparse gradient's all-gather's name across steps, workers, retraces and TF's two branches (equal rows, padded):
+    less its branch and call (``cond/else/_1/`` -> ``cond/``) and, for a graph node, its instance (``...V2.13``)."""
+    return _BRANCH_CALL.sub("/", name.rsplit(".", 1)[0] if re.search(r"\.\d+$", name) else name)
 
 
 def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> dict[str, PaddedGather]:
@@ -188,9 +189,10 @@ def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]
     worker sends the most rows any worker looked up in that step (``all_gather_with_padding``), which each worker's own
     profile alone does not tell (``RankMeta.padded_rows``: its own). Matched across workers by group, instance key and
     step; where a worker of the group has no count for it (not profiled, or its lookup's not traced) it stays unsized,
-    counted in a warning; a size the memory tracer recorded is kept. The counts are consumed (``padded_rows`` emptied:
-    they index the events as read) and returned per gather (``padded_key``) where every worker had one: ``--workers``
-    prices the padding of more workers from them (``passes.padded_gathers``)."""
+    counted in a warning; a size already set (the memory tracer's, or the branch of equal rows': the most is each one's)
+    is kept. The counts are consumed (``padded_rows`` emptied: they index the events as read) and returned per gather of
+    either branch (``padded_key``) where every worker had one: ``--workers`` prices the padding of more workers from
+    them (``passes.padded_gathers``)."""
     rows: dict[tuple[str, int, int], list[tuple[RankTrace, int, int, int]]] = {}
     for t in ranks:
         ev = t.events
@@ -203,7 +205,7 @@ def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]
     for (group, _, step), held in rows.items():
         size = max((len(t.group_ranks.get(group, ())) for t, *_ in held), default=0) or held[0][0].world_size
         if len(held) < size or len({per_row for *_, per_row in held}) > 1:
-            unsized += sum(int(t.events.nbytes[i]) == 0 for t, i, *_ in held)
+            unsized += sum(int(t.events.nbytes[i]) == 0 and bool(_PAD_BRANCH.search(t.events.name_of(i))) for t, i, *_ in held)
             continue
         most = max(own for _, _, own, _ in held)
         for t, i, _, per_row in held:
