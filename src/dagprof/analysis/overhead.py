@@ -23,6 +23,7 @@ from ..traces.host_segments import UNTRACED, HostSegments
 START_SKEW = "a rank began the window later than the first"
 COLLECTIVE_START = "a collective's start after its last rank joined"
 NO_RANGES = "host thread (no host ranges recorded)"
+UNMATCHED = "host thread (its ranges not matched: a graph averaged or changed since it was measured)"
 
 
 def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], str]) -> dict[str, float]:
@@ -53,7 +54,7 @@ def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], st
         seg = segs.get(int(rank[j]))
         end = float(prov.mstart[v[j]]) if prov is not None else float("nan")
         if seg is None or not np.isfinite(end):
-            add(f"{where}: {NO_RANGES}", float(gap[j]))
+            add(f"{where}: {NO_RANGES if seg is None else UNMATCHED}", float(gap[j]))
             continue
         for label, us in _overlap(*seg, end - float(gap[j]), end).items():
             add(f"{where}: {label}", us)
