@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from dagprof.passes.padded_gathers import expected_most
+from dagprof.passes.padded_gathers import expected_most, padded_rows_at
 from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.events import CommRole, Kind
@@ -62,6 +62,18 @@ def test_expected_most_is_the_empirical_expectation():
     assert expected_most([2, 1], pool, 5) == pytest.approx(2 / 8 + 3 * 7 / 8)
     assert expected_most([1, 2], pool, 1) == 1
     assert expected_most([5, 4], pool, 9) == 5  # the pool never beats the step's own most
+
+
+def test_workers_whose_rows_never_differed_keep_the_steps_count():
+    """Counts that change from step to step but never between the workers (a padded batch split between them) are no
+    independent draws: 4 workers send the step's count, where counts that differed draw from the pool."""
+    from dagprof.traces.meta import PaddedGather  # noqa: PLC0415
+
+    tied = PaddedGather(8, {1: [100, 100], 2: [300, 300]})
+    assert padded_rows_at(tied, 1, 4) == 100 and padded_rows_at(tied, 2, 16) == 300 and padded_rows_at(tied, -1, 4) == 200
+    apart = PaddedGather(8, {1: [100, 300], 2: [300, 300]})
+    assert padded_rows_at(apart, 2, 4) == 300 and padded_rows_at(apart, 1, 3) == pytest.approx(300)
+    assert padded_rows_at(PaddedGather(8, {1: [100, 200], 2: [300, 300]}), 1, 3) == pytest.approx(200 * 0.25 + 300 * 0.5 + 200 * 0.25)
 
 
 def test_more_workers_pad_to_the_most_of_more_draws(prof):

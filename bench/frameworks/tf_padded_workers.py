@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                "padded_bytes": padded_bytes_per_step(scale_workers(p.graph, n))}
         if args.step:
             r = evaluate(p.graph, [Scenario(workers=n)], measured_us=p.analysis.measured_us, tolerance_pct=None)
-            row["predicted_ms"] = r["scenarios"][0]["predicted_iter_ms"]
+            row["predicted_ms"] = r["scenarios"][0].predicted_iter_ms
         predicted.append(row)
     pred = float(np.mean([r["padded_bytes"] for r in predicted]))
     meas = float(np.mean([m["padded_bytes"] for m in measured]))

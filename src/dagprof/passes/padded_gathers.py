@@ -12,6 +12,8 @@ under-prices it. The profile holds each worker's own count per step (``GraphMeta
   (``expected_most``), nothing fitted; it cannot exceed the largest count profiled, so for N far above the profiled
   worker-steps it is a floor of the tail;
 - N < N0: the kept ranks' (0..N-1) own most in that step;
+- workers that had equal rows in every profiled step (their counts move together: one padded batch split between them)
+  keep the step's count: nothing shows them drawing apart;
 - a node of no profiled step (an averaged step): the mean over the profiled steps of the above.
 """
 from __future__ import annotations
@@ -35,7 +37,11 @@ def expected_most(own: list[int], pool: np.ndarray, workers: int) -> float:
 
 
 def padded_rows_at(rec: PaddedGather, step: int, workers: int) -> float:
-    """Rows each worker sends in a padded gather on ``workers`` workers in profiled ``step`` (module docstring)."""
+    """Rows each worker sends in a padded gather on ``workers`` workers in profiled ``step`` (module docstring). Where the
+    profiled workers had equal rows in every step, their counts move together (one padded batch split between them):
+    no draw is independent, so each worker keeps the step's count."""
+    if all(len(set(v)) == 1 for v in rec.rows.values()):
+        return float(rec.rows[step][0]) if step in rec.rows else float(np.mean([v[0] for v in rec.rows.values()]))
     pool = np.concatenate([np.asarray(v, dtype=np.float64) for v in rec.rows.values()])
     if step in rec.rows:
         return expected_most(rec.rows[step], pool, workers)
