@@ -115,6 +115,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "mx_gru_forecast": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "tf_recsys_ragged": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_textcls_buckets": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "tf_skipgram_negative": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

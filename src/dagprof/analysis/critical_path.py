@@ -7,13 +7,14 @@ waited for a slower one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..graph.dag import Graph
 from ..replay import ReplayResult
 from ..traces.events import CommRole, Kind
+from .overhead import overhead_breakdown
 
 CATEGORY = {
     Kind.FORWARD: "forward",
@@ -40,6 +41,8 @@ class CriticalPath:
     by_category: dict[str, float]  # us on the path per category, "framework overhead" = gaps
     top_ops: list[tuple[str, float]]  # (op or layer name, us on the path), largest first
     ranks_crossed: list[int]  # ranks the path visits, in order of first visit
+    overhead: dict[str, float] = field(default_factory=dict)  # "framework overhead" broken down (``analysis.overhead``), us
+
 
     def to_dict(self, per: float = 1.0) -> dict:
         return {
@@ -48,6 +51,7 @@ class CriticalPath:
             "top_ops_ms": [[name, us / per / 1e3] for name, us in self.top_ops],
             "ranks_crossed": self.ranks_crossed,
             "length": int(len(self.nodes)),
+            "overhead_ms": {k: v / per / 1e3 for k, v in self.overhead.items()},
         }
 
 
@@ -83,7 +87,7 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10) -> CriticalPath:
     ops = sorted(((k, v) for k, v in per_op.items() if v > 0), key=lambda kv: -kv[1])[:top]
     ranks = g.rank[nodes][g.rank[nodes] >= 0]
     crossed, at = np.unique(ranks, return_index=True)
-    return CriticalPath(nodes, float(res.end[nodes[-1]]), by_cat, ops, crossed[np.argsort(at)].tolist())
+    return CriticalPath(nodes, float(res.end[nodes[-1]]), by_cat, ops, crossed[np.argsort(at)].tolist(), overhead_breakdown(g, nodes, category))
 
 
 def _label(g: Graph, v: int) -> str:

@@ -125,7 +125,9 @@ def findings(a: Analysis) -> list[Finding]:
     if overhead > 0.1 * it_ms:
         out.append(Finding(
             "framework overhead on the critical path",
-            f"{overhead:.1f} ms per iteration is idle time between ops (Python, dispatch, launch latency) on the critical path",
+            f"{overhead:.1f} ms per iteration is idle time between ops (Python, dispatch, launch latency) on the critical path"
+            + (f"; the largest parts: {', '.join(f'{k} {v / steps / 1e3:.1f} ms' for k, v in list(a.path.overhead.items())[:3])}"
+               if a.path.overhead else ""),
             overhead,
         ))
     if a.path.top_ops:

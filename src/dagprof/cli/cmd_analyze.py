@@ -24,7 +24,10 @@ def to_text(r: dict) -> str:
         lines.append(f"{b['rank']:>5} " + " ".join(f"{b[k]:>10.2f}" for k in ("compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "straggler_wait_ms")))
     cp = r["critical_path_per_iter"]
     lines += ["", f"critical path ({cp['total_ms']:.2f} ms per iteration, crosses ranks {cp['ranks_crossed']}):"]
-    lines += [f"  {k:<22} {v:8.2f} ms" for k, v in cp["by_category_ms"].items()]
+    for k, v in cp["by_category_ms"].items():
+        lines.append(f"  {k:<22} {v:8.2f} ms")
+        if k == "framework overhead":
+            lines += _overhead_lines(cp.get("overhead_ms", {}))
     lines += ["  largest ops on it:"] + [f"    {name:<40} {v:8.2f} ms" for name, v in cp["top_ops_ms"][:5]]
     if r.get("communication_by_dim"):
         par = r.get("parallelism") or {}
@@ -43,6 +46,13 @@ def to_text(r: dict) -> str:
                       f"max {skew['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
     return "\n".join(lines)
+
+
+def _overhead_lines(parts: dict[str, float], top: int = 8) -> list[str]:
+    """The overhead's largest parts (``analysis.overhead``), the rest summed."""
+    shown = [f"    {k:<60} {v:8.2f} ms" for k, v in list(parts.items())[:top] if v >= 0.005]
+    rest = list(parts.values())[top:]
+    return shown + ([f"    {f'the rest ({len(rest)} kinds)':<60} {sum(rest):8.2f} ms"] if rest else [])
 
 
 def _mb(mb: float) -> str:

@@ -168,6 +168,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         host_cpus=host_cpus(run),
         host_tick_us=host_tick_us(run),
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
+        padded_gathers=dict(run.meta.padded_gathers),
+        host_segments={t.rank: t.meta.host_segments for t in run.ranks if t.meta.host_segments is not None},
     )
     if run.meta.horovod is not None and run.meta.horovod.peer_waits:
         g = _peer_waits(g, run.meta.horovod.peer_waits)

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
-    from ..traces.meta import GradClip, HookWire, HorovodRecord, PsRecord, RowPull, StepSched
+    from ..traces.host_segments import HostSegments
+    from ..traces.meta import GradClip, HookWire, HorovodRecord, PaddedGather, PsRecord, RowPull, StepSched
     from ..traces.parallelism import Parallelism
     from .measured import Provenance
 
@@ -200,6 +201,10 @@ class GraphMeta:
     host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)
+    # TF: a padded all-gather of a sparse gradient (traces.xplane_run.padded_key) -> each profiled worker's rows per step
+    # (passes.padded_gathers prices N workers' padding from them; {}: none, or not recorded)
+    padded_gathers: dict[str, PaddedGather] = field(default_factory=dict)
+    host_segments: dict[int, HostSegments] = field(default_factory=dict)  # TF/JAX: rank -> its main thread's labelled time (analysis.overhead)
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring

@@ -30,6 +30,7 @@ from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim
 from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
 from .link_fit import graph_world_size, hybrid
+from .padded_gathers import padded_gather_bytes
 from .zero import scale_zero_step
 
 REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise
@@ -59,22 +60,27 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         folded = out.world_size < workers
         out = scale_zero_step(out, g.meta.zero, n0, workers,
                               {r: list(range(r, workers, n0)) if folded else [r] for r in range(out.world_size)})
-    out = _gathered_sparse(out, workers / n0)
+    out = _gathered_sparse(out, workers, n0)
     par = out.meta.parallel
     out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
     return retime_collectives(out, topo, spec, lags_on=current_topology(g))
 
 
-def _gathered_sparse(g: Graph, ratio: float) -> Graph:
+def _gathered_sparse(g: Graph, workers: int, n0: int) -> Graph:
     """A sparse gradient's all-gathers (``CommRole.SPARSE``: DDP's sparse buckets, TensorFlow's and Horovod's gathers of
     indices and values) gather every rank's rows, and so do a comm hook's all-gathers of a bucket (``CommRole.HOOK``, a
-    top-k hook's values and indices): ``ratio`` times the ranks gather ``ratio`` times the bytes, where an all-reduce's
-    stay the same."""
+    top-k hook's values and indices): ``workers / n0`` times the ranks gather that many times the bytes, where an
+    all-reduce's stay the same. TF's gathers padded to the workers' most rows are priced from the profiled workers' own
+    counts (``passes.padded_gathers``): the most over more workers grows faster than their number."""
     sel = (g.kind == Kind.COMM) & (g.rank < 0) & ((g.role == CommRole.SPARSE) | ((g.role == CommRole.HOOK) & (g.comm_kind == CommKind.ALL_GATHER)))
-    if ratio == 1.0 or not sel.any():
+    if workers == n0 or not sel.any():
         return g
     nbytes = g.nbytes.copy()
-    nbytes[sel] = np.round(nbytes[sel] * ratio).astype(nbytes.dtype)
+    nbytes[sel] = np.round(nbytes[sel] * (workers / n0)).astype(nbytes.dtype)
+    if g.meta.padded_gathers:
+        sized = np.flatnonzero(sel & (g.nbytes > 0))
+        for v, b in padded_gather_bytes(g.names, g.name, g.step, sized, g.meta.padded_gathers, workers).items():
+            nbytes[v] = b
     return g.replace(nbytes=nbytes)
 
 

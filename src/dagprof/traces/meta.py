@@ -14,6 +14,7 @@ from typing import Iterable, NamedTuple
 import msgspec
 
 from .comm_kind import CommKind
+from .host_segments import HostSegments
 from .run_schema import FsdpInfo, Manifest, ZeroInfo
 
 
@@ -289,9 +290,10 @@ class RankMeta(msgspec.Struct, kw_only=True):
     grad_clips: dict[int, GradClip] = {}  # dagprof runs: profiled step -> its clip_grad_norm_ calls ({}: none, or an older file)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
-    # TF: a sparse gradient's all-gather in the branch that pads unequal row counts (event) -> [this worker's rows, bytes a
-    # row]; it sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
+    # TF: a sparse gradient's all-gather in either branch (event) -> [this worker's rows, bytes a row]; the branch that pads
+    # unequal row counts sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
     padded_rows: dict[int, list[int]] = {}
+    host_segments: HostSegments | None = None  # TF/JAX: the main thread's time as its host ranges label it (None: not read)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)
     pid: int | None = None
     cpus: int = 0  # dagprof, MXNet and TF/JAX runs: cores the rank could run on (0: not recorded)
@@ -325,6 +327,15 @@ def tx_bytes_per_step(window_tx_bytes: int | None, steps_profiled: list[int]) ->
     return None if window_tx_bytes is None or not steps_profiled else window_tx_bytes / len(steps_profiled)
 
 
+class PaddedGather(msgspec.Struct, frozen=True):
+    """TF: one all-gather of a sparse gradient over the profiled steps, either branch (equal row counts, or padded to the
+    most any worker has): on more workers every worker sends the most rows any has, so the profiled workers' own counts
+    (not their most alone) are what prices it on other worker counts (``passes.padded_gathers``)."""
+
+    row_bytes: int  # bytes of one gathered row (CollectiveSizes.row_bytes)
+    rows: dict[int, list[int]]  # profiled step -> each worker's own rows that step, in rank order
+
+
 class RunMeta(msgspec.Struct, kw_only=True):
     """The job's facts beyond its ranks: what is missing, what was warned, the framework's record."""
 
@@ -342,6 +353,8 @@ class RunMeta(msgspec.Struct, kw_only=True):
     clocks_done: bool = False  # align.one_clock tried (clock_alignment None: it could not)
     clock_alignment: ClockAlignment | None = None
     parallelism_notes: list[str] = []
+    # TF: a padded all-gather, by its name less the branch call and instance (``xplane_run.padded_key``) -> the workers' counts
+    padded_gathers: dict[str, PaddedGather] = {}
 
     def warned(self, *notes: str | RunWarning) -> RunMeta:
         """A copy with ``notes`` appended to the warnings (runs are not edited in place)."""

@@ -43,6 +43,7 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
+from .host_segments import HostSegments, flatten
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -133,7 +134,8 @@ class _Reader:
         self.tab = EventRows()
         self.collectives = Collectives()
         self.step_id_of: dict[int, int] = {}  # TF collective event -> its executor step id (the memory tracer's ``id``)
-        self.padded_rows: dict[int, tuple[int, int]] = {}  # TF: a padded all-gather -> (this worker's rows, bytes a row): ``_output_bytes``
+        self.padded_rows: dict[int, tuple[int, int]] = {}  # TF: a sparse gradient's all-gather -> (this worker's rows, bytes a row): ``_output_bytes``
+        self.host_segments: HostSegments | None = None  # the main thread's labelled time: ``_main_lane``
         self.run_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # run ids, table rows, is a run's wait: ``_run_completions``
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
@@ -430,6 +432,7 @@ class _Reader:
         order = np.argsort(r0, kind="stable")
         r0, r1 = r0[order], r1[order]
         rnames = [self.plane.event_names.get(int(m), "") for m in ln.metadata_id[keep][order]]
+        self.host_segments = flatten(r0, r1, rnames)  # what the thread did between its ops (``analysis.overhead``)
         dispatch_times = np.array(sorted({t for t, _ in sched.main_sources}))
         # when each dispatch's work was done: its last op
         d = sched.dispatch
@@ -526,7 +529,7 @@ class _Reader:
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
                         collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
                         steps_profiled=[int(s) for s in self.step_num], collective_operands_per_step=self.operands_per_step,
-                        padded_rows={int(i): list(v) for i, v in self.padded_rows.items()})
+                        padded_rows={int(i): list(v) for i, v in self.padded_rows.items()}, host_segments=self.host_segments)
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
@@ -679,10 +682,13 @@ class _Reader:
                     in_step[(name, int(k))] = (int(b), int(dims[0]) if len(dims) >= 2 else -1)
         guessed, looked_up = 0, self._lookup_counts()
         for i, coll in zip(self.collectives.event, self.collectives.kind):
-            if c["nbytes"][i]:
-                continue
             name, sid = self.tab.names[c["name"][i]], self.step_id_of.get(i, MISSING)
             per_row = self.sizes.row_bytes.get(_BRANCH_CALL.sub(r"\1/", name))  # the collector names a branch's ops less the call's number
+            if (coll == CommKind.ALL_GATHER and per_row is not None and _SPARSE_BRANCH.search(name)
+                    and (ids := self._looked_up(_BRANCH_CALL.sub(r"\1/", name), int(c["step"][i]), looked_up)) is not None):
+                self.padded_rows[i] = (ids, per_row)  # its own count in either branch: --workers prices more workers' padding from all
+            if c["nbytes"][i]:
+                continue
             own, rows_of = in_step.get((name, sid)), in_step.get((name[:-2], sid), (0, -1))[1]
             if own is not None:
                 c["nbytes"][i] = own[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Annotated
 
 import msgspec
@@ -23,7 +24,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
-from .meta import Collectives, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
+from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
 from .run_schema import Count, refuse_ranks_beyond
 from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
@@ -131,14 +132,14 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         ranks.append(trace)
     if not ranks:
         raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
-    size_padded_gathers(ranks, warnings)
+    padded = size_padded_gathers(ranks, warnings)
     check_same_job(ranks, folder)
     refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     merge_epoch_gaps(ranks)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(framework=manifest.framework, warnings=warnings_of(warnings),
-                                                  rank_gaps=gaps))
+                                                  rank_gaps=gaps, padded_gathers=padded))
 
 
 def _from_logdirs(folder: str) -> Run:
@@ -173,12 +174,25 @@ def _from_logdirs(folder: str) -> Run:
                                                   warnings=warnings_of(warnings)))
 
 
-def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> None:
+_BRANCH_CALL = re.compile(r"/(?:then|else)/(?:_\d+/)?")  # a lowered ``If`` branch and its call node (``cond_1/else/_18/``)
+_PAD_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/else/")  # the branch that pads each worker's rows (``tf_xplane``'s rule)
+
+
+def padded_key(name: str) -> str:
+    """A sparse gradient's all-gather's name across steps, workers, retraces and TF's two branches (equal rows, padded):
+    less its branch and call (``cond/else/_1/`` -> ``cond/``) and, for a graph node, its instance (``...V2.13``)."""
+    return _BRANCH_CALL.sub("/", name.rsplit(".", 1)[0] if re.search(r"\.\d+$", name) else name)
+
+
+def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> dict[str, PaddedGather]:
     """Size each all-gather of a sparse gradient in TF's branch that pads the workers' unequal row counts (in place): every
     worker sends the most rows any worker looked up in that step (``all_gather_with_padding``), which each worker's own
     profile alone does not tell (``RankMeta.padded_rows``: its own). Matched across workers by group, instance key and
     step; where a worker of the group has no count for it (not profiled, or its lookup's not traced) it stays unsized,
-    counted in a warning. The counts are consumed (``padded_rows`` emptied: they index the events as read)."""
+    counted in a warning; a size already set (the memory tracer's, or the branch of equal rows': the most is each one's)
+    is kept. The counts are consumed (``padded_rows`` emptied: they index the events as read) and returned per gather of
+    either branch (``padded_key``) where every worker had one: ``--workers`` prices the padding of more workers from
+    them (``passes.padded_gathers``)."""
     rows: dict[tuple[str, int, int], list[tuple[RankTrace, int, int, int]]] = {}
     for t in ranks:
         ev = t.events
@@ -187,18 +201,25 @@ def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]
             rows.setdefault(key, []).append((t, i, own, per_row))
         t.meta.padded_rows = {}
     unsized = 0
-    for (group, _, _), held in rows.items():
+    counts: dict[str, PaddedGather] = {}
+    for (group, _, step), held in rows.items():
         size = max((len(t.group_ranks.get(group, ())) for t, *_ in held), default=0) or held[0][0].world_size
         if len(held) < size or len({per_row for *_, per_row in held}) > 1:
-            unsized += len(held)
+            unsized += sum(int(t.events.nbytes[i]) == 0 and bool(_PAD_BRANCH.search(t.events.name_of(i))) for t, i, *_ in held)
             continue
         most = max(own for _, _, own, _ in held)
         for t, i, _, per_row in held:
-            t.events.nbytes[i] = size * most * per_row
+            if not t.events.nbytes[i]:
+                t.events.nbytes[i] = size * most * per_row
+        t, i, _, per_row = held[0]
+        rec = counts.setdefault(padded_key(t.events.name_of(i)), PaddedGather(per_row, {}))
+        if rec.row_bytes == per_row and step >= 0:
+            rec.rows[step] = [own for _, _, own, _ in sorted(held, key=lambda h: h[0].rank)]
     if unsized:
         warnings.append(f"{unsized} all-gathers of a sparse gradient padded to the workers' most rows have no size: a worker of "
                         "their group has no count of its rows in that step (its profile or its lookup's trace is missing), "
                         "so they are priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
+    return counts
 
 
 def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> list[RankTrace]:
