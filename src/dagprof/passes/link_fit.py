@@ -2,7 +2,8 @@
 
 ``fit_topology`` fits a flat ``Topology`` to the measured (bytes, duration) pairs of the priced collectives (in a hybrid
 job the data-parallel ones only, ``priced_comm``): latency and bandwidth together where sizes tell them apart
-(``fit_link``, robust to a few stalled instances whose excess stays on them: ``keep_stalls``), one kind's own link per
+(``fit_link``, robust to a few stalled instances whose excess stays on them: ``keep_stalls``; on a JAX job, also to those
+slower than every instance of a larger size, ``slower_than_larger``), one kind's own link per
 FSDP collective kind (``profiled_kinds``), and split at the wire rate the run was profiled at where known
 (``split_at_wire``). ``passes.comm`` prices every collective on that topology.
 """
@@ -230,9 +231,10 @@ def slower_than_larger(nbytes: np.ndarray, dur: np.ndarray, among: np.ndarray) -
     end of the sizes carries the line with it. On ``tests/data/tf-jax/zero-rs-late`` (``bench/frameworks/jax_zero_rs.py``
     on the testbed, 1 Gbit/s) the 4-byte psums took 1.6-4.2 ms in 7 of the 8 steps against 0.65-1.2 ms for the 16 kB
     reduce-scatters, ranks ready 0.1 ms apart (at 200 Mbit/s they took 0.06-0.3 ms: no wire time). A quarter of the
-    fitted sample, they carried every line estimator tried: least squares 179 % of the wire, Theil-Sen 170, least
-    absolute deviations 160, Huber 154, Tukey's bisquare 143, the fit with the 3-deviation cut 144 (two of them kept,
-    latency 0.47 ms); 200 Mbit/s was priced 16 % short. Set apart by this: 137 %, latency 0.34 ms, -10.5 %."""
+    fitted sample, they carried every line estimator tried (its time per byte against the wire's): least squares 0.56,
+    Theil-Sen 0.59, least absolute deviations 0.62, Huber's 0.65, Tukey's bisquare 0.70, the fit with the 3-deviation cut
+    0.69 (two of them kept, latency 0.47 ms); 200 Mbit/s was priced 16 % short. Set apart by this: 0.73, latency 0.34 ms,
+    -10.5 % (the rest: its 1 MB reduce-scatters, ranks ready 3.3 ms apart, beat the wire)."""
     out = np.zeros(len(nbytes), dtype=bool)
     if among.sum() < 2:
         return out
