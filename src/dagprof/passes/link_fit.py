@@ -186,28 +186,30 @@ def _fit_timed(nbytes: np.ndarray, dur: np.ndarray, n: int, concurrent: bool, wi
     """``fit_link`` on the collectives ``keep`` of those ``base`` would fit (default every one), where at least two sizes
     stay apart among them as ``fit_link`` asks and the fit on them tells latency from bandwidth (``LinkFit.weak``): else on
     ``base``, as before; its stalls per collective of the whole sample (0 on those not fitted: their time stays theirs,
-    ``passes.comm.instance_residuals``). ``monotone`` (a JAX job on gloo, timed one at a time): the instances
-    ``slower_than_larger`` sets apart are not fitted either, and each one's time beyond the line fitted to the rest is its
-    stall, kept in its own step (``keep_stalls``), where the rest still tell the line; else none is set apart."""
+    ``passes.comm.instance_residuals``). ``monotone`` (a JAX job on gloo, timed one at a time): where that fit tells
+    latency from bandwidth, the instances ``slower_than_larger`` sets apart are not fitted either, and each one's time
+    beyond the line fitted to the rest is its stall, kept in its own step (``keep_stalls``), where the rest still tell the
+    line; else none is set apart."""
     base = np.ones(len(nbytes), dtype=bool) if base is None else base
     if not len(nbytes[keep]) or (_sizes_apart(nbytes[base]) and not _sizes_apart(nbytes[keep])):
         keep = base
-    slow = slower_than_larger(nbytes, dur, keep) if monotone and not concurrent else np.zeros(len(nbytes), dtype=bool)
-    fitted = keep & ~slow
-    if slow.any() and not _sizes_apart(nbytes[fitted]):
-        fitted, slow = keep, np.zeros(len(nbytes), dtype=bool)
-    fit = fit_link(nbytes[fitted], dur[fitted], n, concurrent=concurrent, wire_us_per_byte=wire)
-    if fit.weak is not None and slow.any():  # the rest alone no longer tell latency from bandwidth: none set apart
-        fitted, slow = keep, np.zeros(len(nbytes), dtype=bool)
-        fit = fit_link(nbytes[fitted], dur[fitted], n, concurrent=concurrent, wire_us_per_byte=wire)
-    if fit.weak is not None and not (fitted == base).all():  # the rest no longer tell latency from bandwidth: as before
-        fitted = base
-        fit = fit_link(nbytes[fitted], dur[fitted], n, concurrent=concurrent, wire_us_per_byte=wire)
-    if fitted.all() or (fit.stalls is None and not slow.any()):
+    fit = fit_link(nbytes[keep], dur[keep], n, concurrent=concurrent, wire_us_per_byte=wire)
+    if fit.weak is not None and not (keep == base).all():  # the rest no longer tell latency from bandwidth: as before
+        keep = base
+        fit = fit_link(nbytes[keep], dur[keep], n, concurrent=concurrent, wire_us_per_byte=wire)
+    slow = np.zeros(len(nbytes), dtype=bool)
+    if monotone and not concurrent and fit.weak is None:  # a refinement of a fit the sizes tell, never one made from noise
+        slow = slower_than_larger(nbytes, dur, keep)
+        rest = keep & ~slow
+        if slow.any() and _sizes_apart(nbytes[rest]) and (screened := fit_link(nbytes[rest], dur[rest], n, wire_us_per_byte=wire)).weak is None:
+            keep, fit = rest, screened
+        else:
+            slow[:] = False
+    if keep.all() or (fit.stalls is None and not slow.any()):
         return fit
     stalls = np.zeros(len(nbytes))
     if fit.stalls is not None:
-        stalls[fitted] = fit.stalls
+        stalls[keep] = fit.stalls
     m = max(n, 2)
     line = 2 * (m - 1) * fit.link.alpha_us + 2 * (m - 1) / m * nbytes * fit.link.beta_us_per_byte
     stalls[slow] = np.maximum(dur[slow] - line[slow], 0.0)
@@ -234,7 +236,10 @@ def slower_than_larger(nbytes: np.ndarray, dur: np.ndarray, among: np.ndarray) -
     fitted sample, they carried every line estimator tried (its time per byte against the wire's): least squares 0.56,
     Theil-Sen 0.59, least absolute deviations 0.62, Huber's 0.65, Tukey's bisquare 0.70, the fit with the 3-deviation cut
     0.69 (two of them kept, latency 0.47 ms); 200 Mbit/s was priced 16 % short. Set apart by this: 0.73, latency 0.34 ms,
-    -10.5 % (the rest: its 1 MB reduce-scatters, ranks ready 3.3 ms apart, beat the wire)."""
+    -10.5 % (the rest: its 1 MB reduce-scatters, ranks ready 3.3 ms apart, beat the wire). ``_fit_timed`` asks it only
+    where the sizes already tell latency from bandwidth: on the unshaped loopback (``tf-jax/fsdp-conv``: all-gathers of
+    30 B-4 kB took 0.2-10 ms as the cores came free) it set 13 of 52 latency-bound ones apart, and the weak fit (sizes
+    explained 41 %) became a line that kept the four 378 kB all-reduces' 17-29 ms of 24-36 as stalls, unpriced."""
     out = np.zeros(len(nbytes), dtype=bool)
     if among.sum() < 2:
         return out
