@@ -239,9 +239,10 @@ def slower_than_larger(nbytes: np.ndarray, dur: np.ndarray, among: np.ndarray) -
     Theil-Sen 0.59, least absolute deviations 0.62, Huber's 0.65, Tukey's bisquare 0.70, the fit with the 3-deviation cut
     0.69 (two of them kept, latency 0.47 ms); 200 Mbit/s was priced 16 % short. Set apart by this: 0.73, latency 0.34 ms,
     -10.5 % (the rest: its 1 MB reduce-scatters, ranks ready 3.3 ms apart, beat the wire). ``_fit_timed`` asks it only
-    where the sizes already tell latency from bandwidth: on the unshaped loopback (``tf-jax/fsdp-conv``: all-gathers of
-    30 B-4 kB took 0.2-10 ms as the cores came free) it set 13 of 52 latency-bound ones apart, and the weak fit (sizes
-    explained 41 %) became a line that kept the four 378 kB all-reduces' 17-29 ms of 24-36 as stalls, unpriced."""
+    where the sizes already tell latency from bandwidth, and keeps what it sets apart only where the rest still do: it
+    refines a line, never makes one from noise (on the unshaped loopback, ``tf-jax/fsdp-conv``'s all-gathers of 30 B-4 kB
+    took 0.2-10 ms as the cores came free: a line made there by setting latency-bound sizes apart kept its 378 kB
+    all-reduces' 17-29 ms as stalls, unpriced)."""
     out = np.zeros(len(nbytes), dtype=bool)
     if among.sum() < 2:
         return out
