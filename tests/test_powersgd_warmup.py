@@ -13,13 +13,17 @@ import statistics
 import pytest
 from testdata import DATA
 
+from dagprof.analysis import job_iteration_us
+from dagprof.analysis.interval import StepStatistic, measured_step_us
 from dagprof.closeloop import CODEC_COSTS_FILE, find_strategy
 from dagprof.collect.deploy.strategy import load_strategy
 from dagprof.collect.hooks.steptimes import iteration_ms, read_times
 from dagprof.graph.meta import LoopSteps
-from dagprof.passes.profiler_cost import measure_profiler_cost, measure_steady_compute
+from dagprof.passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, measure_steady_compute
 from dagprof.pipeline import open_run
 from dagprof.search.optimize import Options
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 
 RUN = DATA / "powersgd-warmup"
 ROUNDS = 3
@@ -70,3 +74,28 @@ def test_no_steps_after_the_window_no_change(graph):
     cut = LoopSteps(loop.profiled, {r: {s: us for s, us in d.items() if s <= last} for r, d in loop.unprofiled.items()}, loop.sched)
     steady = measure_steady_compute(graph.replace(meta=dataclasses.replace(graph.meta, loop_steps=cut)))
     assert steady.factor == 1.0 and steady.after_steps == 0 and "not measured" in steady.verdict
+
+
+def test_whatif_models_the_baseline_as_optimize_does(graph, tmp_path):
+    """One correction for both (``correct_profiler_cost``): whatif brings the compute to the pace after the window as optimize
+    does, says it in the same words, and holds its model against the measured step less what that removed (main's whatif
+    kept the window's pace here: two models of one profile's baseline)."""
+    steady = measure_steady_compute(graph)
+    said = priced(tmp_path).notes
+    measured_us = measured_step_us(graph, StepStatistic.MEAN)[0]
+    out = evaluate(graph, [Scenario()], measured_us=measured_us)  # within whatif's tolerance: the reference drops with the model
+    raw = evaluate(graph, [Scenario()], measured_us=measured_us, raw=True)
+    cost = out["profiler_cost"]
+    assert cost["text"] in said and "pace after the window" in cost["text"]
+    assert cost["steady_compute_pct"] == pytest.approx(100 * (steady.factor - 1))
+    assert out["model_iter_ms"] < raw["model_iter_ms"]
+    assert out["reference_iter_ms"] == pytest.approx(measured_us / 1e3 * (1 - cost["removed_pct"] / 100))
+
+
+def test_the_steady_pace_is_for_ddp_only(graph):
+    """Not judged on other frameworks' or FSDP's profiles: their op times keep the window's pace."""
+    other = graph.replace(meta=dataclasses.replace(graph.meta, framework="horovod"))
+    fix = correct_profiler_cost(other, measure_profiler_cost(other), job_iteration_us)
+    assert fix.graph is other and fix.factor == 1.0 and fix.steady is None
+    ddp = correct_profiler_cost(graph, measure_profiler_cost(graph), job_iteration_us)
+    assert ddp.factor == measure_steady_compute(graph).factor and 0 < ddp.share < 1 - ddp.factor

@@ -212,7 +212,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     measured_us, profiled, host = measured_step_us(stepwise, StepStatistic.MEAN)[0], stepwise, (1.0, 1.0)
     if not raw:
         built = averaged
-        fix = correct_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo))
+        fix = correct_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo), measured=stepwise)
         averaged = fix.graph
         host = cost_factors(built, cost, fix.factor, job_iteration_us, model=set_topology(built, base_topo))
         stepwise = scale_host_work(stepwise, fix.factor)
@@ -249,7 +249,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
-    return out, intervals, as_built_ms if raw else describe_removal(built, cost, fix.share)
+    return out, intervals, as_built_ms if raw else describe_removal(built, cost, fix.share, fix.steady)
 
 
 def calibrated(spec: str, ap: argparse.ArgumentParser) -> tuple[tuple[int, str], str]:

@@ -332,22 +332,6 @@ def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[G
 
 
 @dataclass(frozen=True)
-class Correction:
-    """A profile corrected for the profiler's cost (``correct_profiler_cost``): what ``whatif``, ``optimize`` and the
-    testbed bench each predict from and hold the measured step against."""
-
-    graph: Graph  # the profile with its host work scaled by ``factor``
-    factor: float  # the host-work factor applied (1: none)
-    share: float  # the share of the model's iteration it removed (``removed_share``): the measured step is held against less this
-
-
-def correct_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None) -> Correction:
-    """``remove_profiler_cost`` on ``g`` and the share of ``model``'s (default ``g``'s) iteration that removed."""
-    fixed, factor = remove_profiler_cost(g, cost, iteration_us, model=model)
-    return Correction(fixed, factor, removed_share(g if model is None else model, factor, iteration_us, cost))
-
-
-@dataclass(frozen=True)
 class SteadyCompute:
     """The ranks' training threads' CPU per step in the profiled window against the job's unprofiled steps after it (us,
     the ranks together): the pace a later run computes at once its warm-up is over. A wire-bound step hides a warm-up that
@@ -391,6 +375,47 @@ def measure_steady_compute(g: Graph) -> SteadyCompute:
     verdict = None if mw - ma > NOISE_SIGMAS * se else (
         f"the training threads' CPU {mw / 1e3:.1f} ms/step in the window, {ma / 1e3:.1f} after it (+- {se / 1e3:.1f}): no fall beyond the noise")
     return SteadyCompute(mw, ma, len(w), len(a), se, verdict)
+
+
+def steady_applies(g: Graph) -> bool:
+    """Where the steady-compute rule is used: PyTorch DDP jobs, the only ones it was judged on (docs/evidence.md, branches
+    psgd and onecost); FSDP's optimizer is judged elsewhere, and the other frameworks' collectors were not checked for it."""
+    return g.meta.framework is None and g.meta.fsdp is None
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A profile corrected for the profiler's cost (``correct_profiler_cost``): what ``whatif``, ``optimize`` (and its
+    ``--verify``) and the testbed bench each predict from and hold the measured step against."""
+
+    graph: Graph  # the profile with its host work scaled by ``factor``
+    factor: float  # the host-work factor applied (1: none)
+    share: float  # the share of the model's iteration it removed (``removed_share``): the measured step is held against less this
+    steady: SteadyCompute | None = None  # where the compute was brought to its pace after the window instead (``factor`` is its)
+
+    @property
+    def applied(self) -> bool:
+        """Did the op times change (a usable cost, or the steady pace)?"""
+        return self.factor != 1.0
+
+
+def correct_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None,
+                          measured: Graph | None = None) -> Correction:
+    """The one correction every prediction starts from (unless ``--raw``): ``remove_profiler_cost`` on ``g`` and the
+    share of ``model``'s (default ``g``'s) iteration that removed; where the wall steps gave no usable ``cost`` on a DDP
+    job (``steady_applies``), the host work brought to the compute's pace after the window instead where that fell
+    (``measure_steady_compute`` on ``measured``, default ``g``: the stepwise graph the cost was measured on), the share
+    then the model's own drop at that factor. One function, so that ``whatif`` and ``optimize`` model one profile's
+    baseline alike (before, only ``optimize`` applied the steady pace)."""
+    fixed, factor = remove_profiler_cost(g, cost, iteration_us, model=model)
+    model = g if model is None else model
+    if cost.usable or not steady_applies(g):
+        return Correction(fixed, factor, removed_share(model, factor, iteration_us, cost))
+    steady = measure_steady_compute(g if measured is None else measured)
+    if steady.verdict is not None:
+        return Correction(g, 1.0, 0.0)
+    share = 1.0 - iteration_us(scale_host_work(model, steady.factor)) / iteration_us(model)
+    return Correction(scale_host_work(g, steady.factor), steady.factor, share, steady)
 
 
 def least_factor(g: Graph, cost: ProfilerCost) -> float:
@@ -441,10 +466,12 @@ def removed_share(model: Graph, factor: float, iteration_us: Callable[[Graph], f
     return 1.0 - iteration_us(scale_host_work(model, factor)) / iteration_us(model)
 
 
-def describe_removal(g: Graph, cost: ProfilerCost, removed: float) -> str:
+def describe_removal(g: Graph, cost: ProfilerCost, removed: float, steady: SteadyCompute | None = None) -> str:
     """``cost.describe()``, and where ``least_factor`` held the correction on ``g`` how much of the cost the model dropped
-    by (``removed_share``) and why the rest stays."""
+    by (``removed_share``) and why the rest stays; where ``correct_profiler_cost`` applied the ``steady`` pace, that too."""
     most = removable_us(g, cost)
+    if steady is not None:
+        return f"{cost.describe()}; {steady.describe()}"
     if most is None or removed >= cost.share - 1e-9:
         return cost.describe()
     return (f"{cost.describe()}; the host work cut by no more than the cost can have added to it ({most / 1e3:.1f} ms a step, "
