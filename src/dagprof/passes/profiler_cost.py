@@ -351,9 +351,15 @@ class SteadyCompute:
         """What the host work is multiplied by: the later pace over the window's (1 where not usable)."""
         return self.after_us / self.window_us if self.verdict is None else 1.0
 
-    def describe(self) -> str:
+    def describe(self, applied: bool = True) -> str:
+        """What was done with the pace; ``applied`` False: measured, but the op times kept the window's (``whatif``'s choice)."""
         if self.verdict is not None:
             return f"compute kept at the window's pace: {self.verdict}"
+        if not applied:
+            return (f"compute kept at the window's pace, though the training threads' CPU fell {100 * (self.factor - 1):+.1f} % after it "
+                    f"({self.window_us / 1e3:.1f} ms/step in the window, {self.after_us / 1e3:.1f} after it): dagprof optimize prices its "
+                    "strategies at that later pace; a what-if keeps the profiled one (the later pace was judged no closer to measured "
+                    "what-ifs)")
         return (f"compute brought to the pace after the window: {100 * (self.factor - 1):+.1f} % (the training threads' CPU "
                 f"{self.window_us / 1e3:.1f} ms/step in the window, {self.after_us / 1e3:.1f} after it, {self.window_steps} and "
                 f"{self.after_steps} steps: a warm-up that ran into the window, or the profiler's CPU the wall steps did not show)")
@@ -378,7 +384,7 @@ def measure_steady_compute(g: Graph) -> SteadyCompute:
 
 
 def steady_applies(g: Graph) -> bool:
-    """Where the steady-compute rule is used: PyTorch DDP jobs, the only ones it was judged on (docs/evidence.md, branches
+    """Where the steady-compute rule is measured: PyTorch DDP jobs, the only ones it was judged on (docs/evidence.md, branches
     psgd and onecost); FSDP's optimizer is judged elsewhere, and the other frameworks' collectors were not checked for it."""
     return g.meta.framework is None and g.meta.fsdp is None
 
@@ -391,22 +397,28 @@ class Correction:
     graph: Graph  # the profile with its host work scaled by ``factor``
     factor: float  # the host-work factor applied (1: none)
     share: float  # the share of the model's iteration it removed (``removed_share``): the measured step is held against less this
-    steady: SteadyCompute | None = None  # where the compute was brought to its pace after the window instead (``factor`` is its)
+    steady: SteadyCompute | None = None  # a usable fall of the compute's pace after the window (``measure_steady_compute``)
+    steady_applied: bool = False  # ``factor`` is ``steady``'s: the compute brought to that pace
 
-    @property
-    def applied(self) -> bool:
-        """Did the op times change (a usable cost, or the steady pace)?"""
-        return self.factor != 1.0
+    def describe(self, g: Graph, cost: ProfilerCost) -> str:
+        """The one line every command says (``describe_removal``, and the steady pace where measured)."""
+        line = describe_removal(g, cost, self.share)
+        return line if self.steady is None else f"{line}; {self.steady.describe(self.steady_applied)}"
 
 
 def correct_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None,
-                          measured: Graph | None = None) -> Correction:
+                          measured: Graph | None = None, pace_after_window: bool = False) -> Correction:
     """The one correction every prediction starts from (unless ``--raw``): ``remove_profiler_cost`` on ``g`` and the
-    share of ``model``'s (default ``g``'s) iteration that removed; where the wall steps gave no usable ``cost`` on a DDP
-    job (``steady_applies``), the host work brought to the compute's pace after the window instead where that fell
-    (``measure_steady_compute`` on ``measured``, default ``g``: the stepwise graph the cost was measured on), the share
-    then the model's own drop at that factor. One function, so that ``whatif`` and ``optimize`` model one profile's
-    baseline alike (before, only ``optimize`` applied the steady pace)."""
+    share of ``model``'s (default ``g``'s) iteration that removed. Where the wall steps gave no usable ``cost`` on a DDP
+    job (``steady_applies``), the compute's pace after the window is measured too (``measure_steady_compute`` on
+    ``measured``, default ``g``: the stepwise graph the cost was measured on), and with ``pace_after_window`` the host
+    work is brought to it where it fell, the share then the model's own drop at that factor.
+
+    ``dagprof optimize`` asks for it: a strategy that takes the wire away (PowerSGD) runs at the later pace (the held-out
+    embedding job: docs/evidence.md, branch psgd). ``whatif`` and the testbed bench do not, by choice, and say so: applied
+    to them (branch onecost) it fired on 16 kept DDP -> FSDP pairs' DDP profiles (their FSDP step predicted 4-16 % lower)
+    and one held-out testbed round (its 18 cells 0.2-6.5 % lower), and took them no closer to what was measured: the
+    pairs' median miss 8.4 -> 9.5 % (within 8 % 8 -> 7, three pairs from within to outside), the round's 2.8 -> 3.0 %."""
     fixed, factor = remove_profiler_cost(g, cost, iteration_us, model=model)
     model = g if model is None else model
     if cost.usable or not steady_applies(g):
@@ -414,8 +426,10 @@ def correct_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[
     steady = measure_steady_compute(g if measured is None else measured)
     if steady.verdict is not None:
         return Correction(g, 1.0, 0.0)
+    if not pace_after_window:
+        return Correction(g, 1.0, 0.0, steady)
     share = 1.0 - iteration_us(scale_host_work(model, steady.factor)) / iteration_us(model)
-    return Correction(scale_host_work(g, steady.factor), steady.factor, share, steady)
+    return Correction(scale_host_work(g, steady.factor), steady.factor, share, steady, True)
 
 
 def least_factor(g: Graph, cost: ProfilerCost) -> float:
@@ -466,12 +480,10 @@ def removed_share(model: Graph, factor: float, iteration_us: Callable[[Graph], f
     return 1.0 - iteration_us(scale_host_work(model, factor)) / iteration_us(model)
 
 
-def describe_removal(g: Graph, cost: ProfilerCost, removed: float, steady: SteadyCompute | None = None) -> str:
+def describe_removal(g: Graph, cost: ProfilerCost, removed: float) -> str:
     """``cost.describe()``, and where ``least_factor`` held the correction on ``g`` how much of the cost the model dropped
-    by (``removed_share``) and why the rest stays; where ``correct_profiler_cost`` applied the ``steady`` pace, that too."""
+    by (``removed_share``) and why the rest stays."""
     most = removable_us(g, cost)
-    if steady is not None:
-        return f"{cost.describe()}; {steady.describe()}"
     if most is None or removed >= cost.share - 1e-9:
         return cost.describe()
     return (f"{cost.describe()}; the host work cut by no more than the cost can have added to it ({most / 1e3:.1f} ms a step, "
