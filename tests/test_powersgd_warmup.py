@@ -13,13 +13,17 @@ import statistics
 import pytest
 from testdata import DATA
 
+from dagprof.analysis import job_iteration_us
+from dagprof.analysis.interval import StepStatistic, measured_step_us
 from dagprof.closeloop import CODEC_COSTS_FILE, find_strategy
 from dagprof.collect.deploy.strategy import load_strategy
 from dagprof.collect.hooks.steptimes import iteration_ms, read_times
 from dagprof.graph.meta import LoopSteps
-from dagprof.passes.profiler_cost import measure_profiler_cost, measure_steady_compute
+from dagprof.passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, measure_steady_compute
 from dagprof.pipeline import open_run
 from dagprof.search.optimize import Options
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 
 RUN = DATA / "powersgd-warmup"
 ROUNDS = 3
@@ -70,3 +74,30 @@ def test_no_steps_after_the_window_no_change(graph):
     cut = LoopSteps(loop.profiled, {r: {s: us for s, us in d.items() if s <= last} for r, d in loop.unprofiled.items()}, loop.sched)
     steady = measure_steady_compute(graph.replace(meta=dataclasses.replace(graph.meta, loop_steps=cut)))
     assert steady.factor == 1.0 and steady.after_steps == 0 and "not measured" in steady.verdict
+
+
+
+def test_whatif_keeps_the_window_pace_and_says_what_optimize_takes(graph, tmp_path):
+    """One correction for both (``correct_profiler_cost``), one reading of the pace after the window: optimize prices at it,
+    whatif keeps the window's pace by choice (it moved 16 kept DDP -> FSDP pairs and a testbed round no closer to measured:
+    docs/evidence.md, branch onecost) and says so, with the fall optimize took."""
+    pct = f"{100 * (measure_steady_compute(graph).factor - 1):+.1f} %"
+    assert f"pace after the window: {pct}" in " ".join(priced(tmp_path).notes)
+    measured_us = measured_step_us(graph, StepStatistic.MEAN)[0]
+    out = evaluate(graph, [Scenario()], measured_us=measured_us)
+    raw = evaluate(graph, [Scenario()], measured_us=measured_us, raw=True)
+    text = out["profiler_cost"]["text"]
+    assert "kept at the window's pace" in text and pct in text and "dagprof optimize" in text
+    assert out["model_iter_ms"] == pytest.approx(raw["model_iter_ms"], rel=1e-9)
+
+
+def test_the_steady_pace_is_for_ddp_only(graph):
+    """Not judged on other frameworks' or FSDP's profiles: their op times keep the window's pace, and nothing is said."""
+    other = graph.replace(meta=dataclasses.replace(graph.meta, framework="horovod"))
+    fix = correct_profiler_cost(other, measure_profiler_cost(other), job_iteration_us, pace_after_window=True)
+    assert fix.graph is other and fix.factor == 1.0 and fix.steady is None
+    cost = measure_profiler_cost(graph)
+    taken = correct_profiler_cost(graph, cost, job_iteration_us, pace_after_window=True)
+    assert taken.steady_applied and taken.factor == measure_steady_compute(graph).factor and 0 < taken.share < 1 - taken.factor
+    kept = correct_profiler_cost(graph, cost, job_iteration_us)
+    assert kept.graph is graph and kept.factor == 1.0 and kept.share == 0.0 and kept.steady == taken.steady and not kept.steady_applied

@@ -54,8 +54,11 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     assert "\n" not in text and text.startswith(("op times corrected", "op times brought") if cost.usable else "op times not corrected")
     assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    said = out["profiler_cost"]["text"]  # where the profiler's CPU held the correction, how far the model moved is said after
-    assert said.startswith(text) and (said == text or said.endswith("the rest of the cost lies in waits, not host work"))
+    said = out["profiler_cost"]["text"]  # where the profiler's CPU held the correction, how far the model moved is said after;
+    # where none was usable and the training threads' CPU fell after the window, that the compute kept the window's pace
+    rest = said[len(text):]
+    assert said.startswith(text) and (rest == "" or rest.endswith("the rest of the cost lies in waits, not host work")
+                                      or rest.startswith("; compute kept at the window's pace, though"))
     assert out["profiler_cost"]["corrected"] == cost.usable
     # steps 2-3 ran before the window and 8-13 after: the interval carries the job's drift across it, the cost's error,
     # and at least the unprofiled steps' own spread; where that reaches below the compute alone (as the live run's spread

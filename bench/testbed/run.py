@@ -186,7 +186,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
-    from dagprof.passes.profiler_cost import correct_profiler_cost, describe_removal, measure_profiler_cost, scale_host_work
+    from dagprof.passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
     from dagprof.search.measured import slowdown_of
@@ -212,7 +212,9 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     measured_us, profiled, host = measured_step_us(stepwise, StepStatistic.MEAN)[0], stepwise, (1.0, 1.0)
     if not raw:
         built = averaged
-        fix = correct_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo))
+        fix = correct_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo), measured=stepwise,
+                                    pace_after_window=False)  # as whatif: the window's compute pace
+        said = fix.describe(built, cost)
         averaged = fix.graph
         host = cost_factors(built, cost, fix.factor, job_iteration_us, model=set_topology(built, base_topo))
         stepwise = scale_host_work(stepwise, fix.factor)
@@ -249,7 +251,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
-    return out, intervals, as_built_ms if raw else describe_removal(built, cost, fix.share)
+    return out, intervals, as_built_ms if raw else said
 
 
 def calibrated(spec: str, ap: argparse.ArgumentParser) -> tuple[tuple[int, str], str]:

@@ -22,7 +22,7 @@ from .costmodel import parse_bandwidth
 from .errors import DagprofError
 from .passes.buckets import refuse_own_ddp_setup
 from .passes.comm import current_topology, set_topology
-from .passes.profiler_cost import correct_profiler_cost, describe_removal, measure_profiler_cost, measure_steady_compute, scale_host_work
+from .passes.profiler_cost import correct_profiler_cost, measure_profiler_cost
 from .pipeline import Profiled, open_run
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
@@ -49,7 +49,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     Unless ``raw``, the search starts from op times with the profiler's own cost removed (``passes.profiler_cost``),
     as the strategy will run unprofiled; a note says what was done, or why nothing was. Where the wall steps cannot show
     it (a wire-bound DDP step), the compute is brought to the training threads' CPU pace after the window where that fell
-    (``passes.profiler_cost.SteadyCompute``): a strategy that takes the wire away runs at that pace. The intervals are widened
+    (``passes.profiler_cost.correct_profiler_cost``'s ``pace_after_window``, which ``whatif`` leaves off, saying so): a
+    strategy that takes the wire away runs at that pace. The intervals are widened
     by the level the search's model stands on (``analysis.interval.run_level``).
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
@@ -58,14 +59,10 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
                            f"{prof.graph.meta.framework} run: "
                            f"{remedy_for(prof.graph)}", run)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
-    share, steady = 0.0, None
-    if not raw:
-        fix = correct_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))
-        g, share = fix.graph, fix.share
-        if not cost.usable and g.meta.fsdp is None:  # the wall steps showed no level: the compute's own may still fall
-            # (judged on DDP's held-out jobs only: docs/evidence.md, branch psgd)
-            steady = measure_steady_compute(prof.graph)
-            g = scale_host_work(g, steady.factor)
+    share, said = 0.0, "op times as profiled (--raw)"
+    if not raw:  # the one correction whatif and the testbed bench make too; only the search takes the pace after the window
+        fix = correct_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)), pace_after_window=True)
+        g, share, said = fix.graph, fix.share, fix.describe(prof.graph, cost)
     if g.meta.fsdp is not None:
         if opts.accumulate > 1:
             raise DagprofError("this profile is an FSDP job; --accumulate is not searched for FSDP (it changes the effective batch)", run)
@@ -73,8 +70,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     else:
         refuse_own_ddp_setup(g, "the search")
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
-    res.notes.append("op times as profiled (--raw)" if raw else describe_removal(prof.graph, cost, share))
-    res.notes += [steady.describe()] if steady is not None and steady.verdict is None else []
+    res.notes.append(said)
     measured, statistic = measured_step_us(prof.graph, res.step_statistic)
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))

@@ -35,7 +35,7 @@ from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
 from ..passes.overlap import core_bound_slowdown
-from ..passes.profiler_cost import correct_profiler_cost, describe_removal, measure_profiler_cost, scale_host_work
+from ..passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..passes.zero import even_share_note
 from ..progress import progress
@@ -149,7 +149,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profile cannot tell latency from bandwidth, and a ``stall_outweighs`` when they change the step less than a JAX job's
     per-array stall on gloo moves one (``analysis.operand_stall.stall_outweighs``).
     Unless ``raw``, the profiler's own cost measured on the run is removed from the op times first
-    (``passes.profiler_cost``), and ``measured_us`` and ``vs_measured_pct`` then mean the job without
+    (``passes.profiler_cost.correct_profiler_cost``, as ``dagprof optimize`` does, but keeping the compute's pace in the
+    window where optimize takes the pace after it, and saying so), and ``measured_us`` and ``vs_measured_pct`` then mean the job without
     the profiler (``check_model``); ``profiler_cost`` in the result says what was done, or why not.
     """
     t0 = time.perf_counter()
@@ -161,9 +162,11 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = measured_comm(g0, scenarios, cluster)
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
-    built, corrected, host, removed = g0, None, (1.0, 1.0), 0.0
-    if not raw and cost.usable:
-        fix = correct_profiler_cost(built, cost, job_iteration_us, model=on_link(built, base_topo))
+    built, corrected, host, removed, fix = g0, None, (1.0, 1.0), 0.0, None
+    if not raw:  # optimize's correction; the compute kept at the window's pace, by choice (``correct_profiler_cost`` says why)
+        fix = correct_profiler_cost(built, cost, job_iteration_us, model=on_link(built, base_topo), measured=steps_graph,
+                                    pace_after_window=False)
+    if fix is not None and (cost.usable or fix.steady_applied):
         g0 = corrected = fix.graph
         removed = fix.share
         host = cost_factors(built, cost, fix.factor, job_iteration_us, model=on_link(built, base_topo))
@@ -223,7 +226,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
         "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak, "profiled_wire": wire}
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else
-                                 {"removed_pct": 100 * removed, "text": describe_removal(built, cost, removed)} if corrected is not None else {})
+                                 {"text": fix.describe(built, cost)} | ({"removed_pct": 100 * removed} if corrected is not None else {}))
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
