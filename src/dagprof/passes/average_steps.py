@@ -64,7 +64,9 @@ warning says so with the figures (docs/evidence.md: fresh HSDP jobs' 2-step wind
 spread -6.2..+12.2 %, their 5-step ones, the default, -0.8..+6.5 %).
 
 A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange
-keeps the per-step replay's mean wait instead (``exchange_waits``).
+keeps the per-step replay's mean wait instead (``exchange_waits``). A row_sparse pull is a wait the other way: an op
+MXNet's engine ran early, while a table's forward waited for its rows, spent its gap beside the pull; that gap stays in
+its step and out of the mean (``row_wait_gaps``).
 
 The same alternation hides a collective's exit lag (``passes.comm``: the later ranks leave it a wire time after the
 first): each rank's averaged consumer gap holds its share of the last rank's lag, the ranks' shares come out alike,
@@ -81,7 +83,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.build_fsdp import job_collective_steps
-from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
+from ..graph.build_ps import DONE, ISSUE, PULLED, is_ps_graph, rebuild_ps
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
 from ..graph.replay_result import ReplayResult
@@ -131,7 +133,7 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     excess = np.maximum(one_off, np.where(pooled, pool_delays(inverse, ~keep, g.dur + g.gap), 0.0))
     entry = np.maximum(entry, np.where(lag[inverse] > 0, 0.0, excess))  # lags: a link what-if's
     own_dur = np.maximum(g.dur - entry, 0.0)  # the wait taken from the op's duration first, then from its gap
-    own_gap = np.maximum(g.gap - np.maximum(entry - g.dur, 0.0), 0.0)
+    own_gap = np.maximum(g.gap - np.maximum(entry - g.dur, 0.0) - row_wait_gaps(g, inverse, ~keep), 0.0)
     dur = np.bincount(inverse, weights=np.where(keep, 0.0, own_dur)) / counts
     gap = np.bincount(inverse, weights=np.where(keep, 0.0, own_gap)) / counts
     dur, gap = dur[inverse] + g.dur - own_dur, gap[inverse] + g.gap - own_gap  # the first step keeps its waits where they were
@@ -216,6 +218,40 @@ def first_step_excess(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarr
     np.maximum.at(slowest, group[later], (g.dur + g.gap)[later])
     first = np.flatnonzero(mine & opening & (twins[group] >= 2) & ~priced_comm(g))  # a transfer's time is its link's
     out[first] = np.maximum(g.dur[first] + g.gap[first] - slowest[group[first]], 0.0)
+    return out
+
+
+def row_wait_gaps(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Per node in ``mine``: its gap where the engine ran it early, beside a row_sparse pull, while the op that waits for
+    the rows (the table's forward op) waited on the same lane (0 elsewhere).
+
+    MXNet's engine runs an op once what it reads is ready, not in the order the front end issued them: while a
+    ``SparseEmbedding``'s forward waits for its rows, an op issued later that reads nothing pulled (the backward's head
+    gradient, ``SetValueOp``) runs first, when the front end gets to it, after its own Python time. The lane's chain is the
+    measured order, so that time is the gap between the op and the one before it, spent beside the pull. Such an op
+    runs after the consumer in another step of the window (where the rows came early, in the order they were issued),
+    which is how it is told: its gap stays in its step, where the pull hid it, and the means take the twins' gaps
+    without it; averaged into every step it lay on the path of the steps whose rows came early
+    (``mx_sparse_mf.py``: ``SetValueOp`` 3.9-5.2 ms before the second table's forward in 3 of 6 worker steps, 0.0-0.1 ms
+    after the forward in the others; the averaged replay +3.4 %)."""
+    out = np.zeros(len(g))
+    if PULLED not in g.names:
+        return out
+    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+    consumers = np.unique(g.succ[g.name[src] == g.names.index(PULLED)].astype(np.int64))
+    consumers = consumers[mine[consumers] & (g.device[consumers] >= 0)]
+    twin_of = {(int(group[v]), int(g.step[v])): int(v) for v in np.flatnonzero(mine)}  # (group, step) -> its node there
+    for c in consumers.tolist():
+        step, lane = int(g.step[c]), int(g.device[c])
+        before = np.flatnonzero(mine & (g.device == lane) & (g.step == step) & (g.order < g.order[c]) & (g.kind != Kind.STEP))
+        for s in g.meta.steps:
+            other = twin_of.get((int(group[c]), int(s)))
+            if s == step or other is None:
+                continue
+            for x in before.tolist():
+                twin = twin_of.get((int(group[x]), int(s)))
+                if twin is not None and g.order[twin] > g.order[other]:  # issued after the consumer: ran early here
+                    out[x] = g.gap[x]
     return out
 
 
