@@ -99,12 +99,13 @@ from ..graph.dag import Graph
 from ..graph.meta import LoopSteps
 from ..graph.provenance import provenance
 from ..passes.profiler_cost import (
+    ModelReplays,
     ProfilerCost,
     bound_factor,
+    find_factor,
     job_sched,
     job_steps,
     median_stderr,
-    remove_profiler_cost,
     scale_host_work,
     steady_from,
     window_sides,
@@ -193,16 +194,17 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
 
 def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Callable[[Graph], float], model: Graph | None = None) -> tuple[float, float]:
     """The host-work factors that the profiler cost's ``LEVEL`` interval ends give (its standard error, normal quantile),
-    each found as the correction's ``factor`` was (``remove_profiler_cost`` on ``g`` under ``model``), over ``factor``:
+    each found as the correction's ``factor`` was (``find_factor`` on ``g`` under ``model``), over ``factor``:
     (more removed, less removed; at most none). (1, 1) where nothing was corrected. Where the correction is bounded
     (``passes.profiler_cost.bound_factor``, whose docstring says why), the range reaches from the bound to the factor
-    found on the step alone (``remove_profiler_cost`` unbounded) at the cost's ends."""
+    found on the step alone (``find_factor`` unbounded) at the cost's ends."""
     if not cost.usable or not cost.stderr_us or factor <= 0:
         return 1.0, 1.0
     half = statistics.NormalDist().inv_cdf(0.5 + LEVEL / 2) * cost.stderr_us
-    more = remove_profiler_cost(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), iteration_us, model, bounded=False)[1]
+    replays = ModelReplays(g if model is None else model, iteration_us)  # the model as it is, replayed once for both ends
+    more = find_factor(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), replays, bounded=False) or 1.0
     less_cost = replace(cost, unprofiled_us=cost.unprofiled_us + half)
-    less = remove_profiler_cost(g, less_cost, iteration_us, model, bounded=False)[1] if less_cost.share > 0 else 1.0
+    less = (find_factor(g, less_cost, replays, bounded=False) or 1.0) if less_cost.share > 0 else 1.0
     bound = bound_factor(g, cost)
     if bound is not None:  # the point is bounded: the range reaches from its factor to the step's reading at the cost's ends
         more, less = min(more, bound), max(less, bound)
