@@ -8,7 +8,9 @@ so the ranks' returns compare directly: ``release`` = the later return less the 
 return less the later entry (the transfer and the first wake-up). Two ways to call: ``barrier`` (every repetition
 from a barrier's release, as ``dagprof calibrate`` times a call) and ``chained`` (as a job: no barrier, each call after
 the previous one's return plus a copy of its output, as FSDP2's copy-out, so the rank released first reaches the next
-call first and waits there). Each rank's training thread's CPU and run-queue wait over the whole sweep
+call first and waits there), and ``busy`` (chained, with ``--busy-ms`` of compute after each call's copy-out, as a job
+runs a unit's layers between its collectives: the rank released first computes on one core while the other's
+threads hand the call back). Each rank's training thread's CPU and run-queue wait over the whole sweep
 (``/proc/thread-self/schedstat``) give its stretch, (CPU + wait) / CPU, the measure a dagprof profile records per step
 (``traces.meta.runnable_stretch``). Wall time: run it alone under the lock, or beside a job to see the load's share;
 say the load.
@@ -43,19 +45,24 @@ def schedstat() -> tuple[int, int]:
         return 0, 0
 
 
-def calls(kind: CommKind, nbytes: int, world: int, iters: int, chained: bool) -> np.ndarray:
+def calls(kind: CommKind, nbytes: int, world: int, iters: int, mode: str, busy_ms: float) -> np.ndarray:
     """ns, (entry, return) x repetitions on this rank (2 warm-up calls first, untimed)."""
     make, _ = collective_op(kind, nbytes, world)
     out = np.zeros((2, iters), dtype=np.int64)
+    a = torch.randn(128, 128)
     for i in range(iters + 2):
         call = make()
-        if not chained:
+        if mode == "barrier":
             dist.barrier()
         t0 = time.monotonic_ns()
         call()
         t1 = time.monotonic_ns()
-        if chained:  # FSDP2's copy-out of the gathered parameters (a reduce-scatter's: its reduced shard)
+        if mode != "barrier":  # FSDP2's copy-out of the gathered parameters (a reduce-scatter's: its reduced shard)
             torch.empty(max(nbytes // 4, 1)).fill_(1.0)
+        if mode == "busy":  # a unit's compute before the next call, as a job runs between its collectives
+            end = time.monotonic_ns() + busy_ms * 1e6
+            while time.monotonic_ns() < end:
+                a = torch.tanh(a @ a)
         if i >= 2:
             out[:, i - 2] = (t0, t1)
     return out
@@ -75,6 +82,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", choices=("barrier", "chained", "busy"), default=["barrier", "chained", "busy"])
+    ap.add_argument("--busy-ms", type=float, default=3.0, help="busy: compute between calls, ms")
     ap.add_argument("--out", help="also write the result here (rank 0)")
     args = ap.parse_args()
     dist.init_process_group("gloo")
@@ -84,10 +93,10 @@ def main() -> None:
     load0, s0 = os.getloadavg(), schedstat()
     per: dict[tuple[str, str, int], list[np.ndarray]] = {}
     for _ in range(args.rounds):  # every cell in each round: the machine's load reaches all alike
-        for mode in ("barrier", "chained"):
+        for mode in args.modes:
             for kind in KINDS:
                 for size in SIZES:
-                    mine = torch.from_numpy(calls(kind, size, world, args.iters, mode == "chained"))
+                    mine = torch.from_numpy(calls(kind, size, world, args.iters, mode, args.busy_ms))
                     every = [torch.empty_like(mine) for _ in range(world)]
                     dist.all_gather(every, mine)
                     per.setdefault((mode, kind.label, size), []).append(torch.stack(every).numpy())
