@@ -129,7 +129,7 @@ class FsdpHost:
 # the sweep's threads 1.14x their CPU): from a barrier 0.11 ms + 0.17 per MiB, with 3 ms of compute between the calls 0.31 ms +
 # 0.16 per MiB (median 0.03-0.22 ms, p90 0.9-3.4: a tail, as the kept FSDP2 jobs' 0.15-0.99 ms means over medians of
 # 0.02-0.13). Priced: the compute's release beyond the barrier's (in ``call_us``), 0.20 ms, and its 0.16 ms per MiB.
-# Beside a 2-rank DDP job (load 8-9) the release was 1.5-10x as long.
+# Beside a 2-rank DDP job (load 5-9) the release was 2.5-12x as long (medians; with compute between the calls 3.2 ms: the other's compute).
 FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
                                                    (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2,
                                                    0.314e3 - 0.110e3, 0.159e3 / 2**20)}

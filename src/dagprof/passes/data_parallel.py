@@ -202,7 +202,7 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + blocking_note(g, measured) + final_scatter_note(g) + dtensor_note(g) + host_note(g) + (
         "a DDP profile has no FSDP all-gather skew at the FSDP job's own load (gloo's later rank, priced at a quiet machine's "
-        "release, came out 1.5-10x later beside another job; bench/fsdp_release.py) and no reduce-scatter's lag beyond a wake-up "
+        "release, came out 2.5-12x later beside another job; bench/fsdp_release.py) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
         "priced too, 30 quiet held-out pairs (DDP and FSDP2 jobs profiled one after the other, 2 gloo ranks, load 1.9-5.6; "
