@@ -100,12 +100,18 @@ class FsdpHost:
     ``call_us`` an all-gather's (every FSDP collective's), ``scatter_us`` what a reduce-scatter costs beyond it. A job's
     blocking calls run one after another, so each is its mean over repetitions, tail included: gloo's reduce-scatter
     returns about 4 ms late in about a third of its calls at any size from 4 KiB to 1 MiB (``bench/fsdp_call_sizes.py``),
-    its all-gather far less often, so a small reduce-scatter's mean is 1.1-2.0 ms where its median is 0.3-1.9."""
+    its all-gather far less often, so a small reduce-scatter's mean is 1.1-2.0 ms where its median is 0.3-1.9.
+    ``release_us`` + ``release_us_per_byte`` per gathered byte: how much later than the first rank gloo's all-gather
+    releases the other where the ranks compute between their calls, as a job does, beyond the release ``call_us`` holds
+    (timed from a barrier); which rank alternates (``bench/fsdp_release.py``). A DDP profile's link, fitted where its
+    first rank saw each all-reduce done, holds none of it."""
 
     forward: UnitHostFit
     backward: UnitHostFit
     call_us: float
     scatter_us: float = 0.0
+    release_us: float = 0.0
+    release_us_per_byte: float = 0.0
 
 
 # torch version (major.minor) -> FSDP2's host work (``FsdpHost``): measured under the lock held alone, 2 gloo ranks, not fitted to
@@ -117,8 +123,16 @@ class FsdpHost:
 # each size's mean over 4-256 KiB, the mean of two runs: all-gather 0.49 and 0.60 ms, reduce-scatter 1.57 and 1.39 (20:27,
 # load 2.6-2.7; 20:45, load 1.9; the medians' intercepts 0.10 and 0.95 in the first; the hooks' bench at load 5 gave the
 # means' 0.85 and 2.35 over 4-64 KiB).
+# The all-gather's later release by bench/fsdp_release.py (2026-12-06, alone under the lock, 2 x 40 calls a size, 16 KiB-4 MiB):
+# the mean of each call's later return less the first, a line in the bytes. 01:29 (load 3.8): back to back 0.09 ms + 0.12 per
+# MiB, from a barrier 0.11 + 0.12; 01:54 (load 5): back to back 0.15 per MiB. 02:17 (load falling from 12 after others' work,
+# the sweep's threads 1.14x their CPU): from a barrier 0.11 ms + 0.17 per MiB, with 3 ms of compute between the calls 0.31 ms +
+# 0.16 per MiB (median 0.03-0.22 ms, p90 0.9-3.4: a tail, as the kept FSDP2 jobs' 0.15-0.99 ms means over medians of
+# 0.02-0.13). Priced: the compute's release beyond the barrier's (in ``call_us``), 0.20 ms, and its 0.16 ms per MiB.
+# Beside a 2-rank DDP job (load 5-9) the release was 2.5-12x as long (medians; with compute between the calls 3.2 ms: the other's compute).
 FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
-                                                   (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2)}
+                                                   (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2,
+                                                   0.314e3 - 0.110e3, 0.159e3 / 2**20)}
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ per collective: fitted on DDP's all-reduces of one bucket size, that is their st
 held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.48 ms
 at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
 reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
+Gloo's all-gather also releases one rank after the other, where the ranks compute between their calls 0.20 ms more than
+from a barrier (which the fixed cost holds) and 0.16 ms per MiB gathered, on a quiet machine (its mean; a tail:
+``FsdpHost.release_us``, ``release_us_per_byte``): the later rank's wait carries it, alternating between the ranks call by
+call as the FSDP2 jobs did, stretched alike.
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
@@ -180,7 +184,8 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + blocking_note(g, measured) + final_scatter_note(g) + dtensor_note(g) + host_note(g) + (
-        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
+        "a DDP profile has no FSDP all-gather skew at the FSDP job's own load (gloo's later rank, priced at a quiet machine's "
+        "release, came out 2.5-12x later beside another job; bench/fsdp_release.py) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
         "priced too, 30 quiet held-out pairs (DDP and FSDP2 jobs profiled one after the other, 2 gloo ranks, load 1.9-5.6; "
@@ -220,7 +225,10 @@ def host_note(g: Graph) -> str:
             f"measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks; so stretched, at the slowest rank's, where the fitted "
             f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective, "
             f"and each reduce-scatter's wait {host.scatter_us / 1e3:.2f} ms more (gloo's mean tail: about a third of its calls "
-            "return 4 ms late, bench/fsdp_call_sizes.py); ")
+            "return 4 ms late, bench/fsdp_call_sizes.py)"
+            + (f", and each all-gather's later rank {host.release_us / 1e3:.2f} ms + {host.release_us_per_byte * 2**20 / 1e3:.2f} ms "
+               "per MiB gathered after the other (bench/fsdp_release.py, quiet, compute between the calls; which rank alternates)"
+               if host.release_us or host.release_us_per_byte else "") + "; ")
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -431,6 +439,10 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     # what gloo's reduce-scatter costs beyond an all-gather's fixed cost per call (``FsdpHost.scatter_us``: its tail), as the
     # lag of each reduce-scatter's wait: it returns that much after its transfer, on every rank
     scatter_lag = host.scatter_us * call_load if host is not None else 0.0
+    # gloo's all-gather releases one rank later than the other, by more the more it gathers (``FsdpHost.release_us_per_byte``),
+    # which rank alternating: the later rank's wait carries it, the other rank reaches the next call first and waits there
+    release = (host.release_us * call_load, host.release_us_per_byte * call_load) if host is not None else (0.0, 0.0)
+    gathers = 0
 
     def hooks_us(phase: str, unit: str, r: int) -> float | None:
         """A unit's FSDP2 hooks in ``phase`` on rank ``r``: as calibrated, else ``FSDP_HOST``'s CPU time at the unit's trained
@@ -470,11 +482,13 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                               step=step, nbytes=int(full), comm_kind=p.kind.comm)
             b.add_edge(sync, comm)
             seq += 1
+            later = ranks[gathers % len(ranks)] if p.kind == PlanKind.ALL_GATHER else None
+            gathers += p.kind == PlanKind.ALL_GATHER
             for r, at in nodes.items():
                 if (p.kind, phase) == (PlanKind.ALL_GATHER, "forward") and (us := hooks_us("forward", unit, r)) is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
-                lag = scatter_lag if p.kind == PlanKind.REDUCE_SCATTER else 0.0
+                lag = scatter_lag if p.kind == PlanKind.REDUCE_SCATTER else release[0] + release[1] * full if r == later else 0.0
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r) + lag)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
