@@ -22,6 +22,7 @@ import pytest
 
 from dagprof.align.matching import match_collectives
 from dagprof.pipeline import open_run
+from dagprof.traces.cpu_sets import cpu_list
 from dagprof.traces.load import load
 from dagprof.traces.xplane_run import xplane_files
 
@@ -48,6 +49,7 @@ def test_rerecord_and_replay(name, tmp_path):
     run = load(out)
     assert [t.rank for t in run.ranks] == [0, 1]
     assert all(t.meta.unprofiled_step_times_us for t in run.ranks)  # the steps outside the window, for the profiler's cost
+    assert {t.meta.cpu_set for t in run.ranks} == {cpu_list(os.sched_getaffinity(0))}  # each rank's affinity set, inherited
     m = match_collectives(run)
     assert m.instances and not m.problems
     prof = open_run(out)

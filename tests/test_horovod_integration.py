@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from dagprof.pipeline import open_run
+from dagprof.traces.cpu_sets import cpu_list
 from dagprof.traces.horovod import TIMELINE
 from dagprof.traces.horovod_timeline import read_timeline
 
@@ -61,6 +62,7 @@ def test_zero_code_profile_of_horovodrun(tmp_path):
     docs = [json.load(open(out / f"rank{r}.horovod.json")) for r in (0, 1)]
     assert docs[0]["timeline"] == TIMELINE and docs[0]["calmed_threads"] == 1 and docs[1]["calmed_threads"] == 0
     assert all(d["cpus"] == len(os.sched_getaffinity(0)) for d in docs)  # the cores the ranks could run on
+    assert all(d["cpu_set"] == cpu_list(os.sched_getaffinity(0)) for d in docs)  # which ones
     assert all(d["window_tx_bytes"] > 0 for d in docs)  # the host's interfaces over the window: its gradients crossed loopback
     p = open_run(out)
     # the one warning a loaded machine may add: the timeline's epoch read across a preemption at hvd.init, and moved

@@ -25,6 +25,7 @@ from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces import mxnet
+from dagprof.traces.cpu_sets import cpu_list
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.mxnet import pslite_placement
@@ -449,6 +450,7 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %
     cores = len(os.sched_getaffinity(0))
     assert list(p.graph.meta.host_cpus.values()) == [(2, cores)] and len(p.graph.meta.ps.cpu_us) == 2 * 3
+    assert set(json.load(open(os.path.join(out, "mxnet-run.json")))["cpu_sets"].values()) == {cpu_list(os.sched_getaffinity(0))}
     assert all(0 < c < 2 * cores * max(p.graph.meta.measured_iter_us.values()) for _, _, c in p.graph.meta.ps.cpu_us)
     process = {(k, w): c for k, w, c in p.graph.meta.ps.cpu_us}  # the Python thread's CPU is part of its process's
     assert sorted(process) == sorted((k, w) for k, w, _ in p.graph.meta.ps.main_cpu_us)

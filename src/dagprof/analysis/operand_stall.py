@@ -13,14 +13,15 @@ times the tick, either way.
 
 Where it applies follows from the same mechanism: in a collective a rank keeps two threads runnable, the polling device
 thread and the one that posts (its Python thread sleeps in ``block_until_ready``), so a host's ranks can contend when
-2 x its ranks outnumber the cores a rank may run on (``GraphMeta.host_cpus``, the collector's ``sched_getaffinity``);
+2 x its ranks outnumber the cores they share (``GraphMeta.core_groups``, the collectors' ``sched_getaffinity``);
 with a core each, the poster never waits behind a poller. Recordings without their cores (before 2026-12-03) are taken
 as contended. The tick is the contended hosts' own (``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``), else
 ``TICK_US`` assumed. Not seen by the profile: other processes keeping the cores busy (a loaded host contends too, more
 than a tick an array: where the profiled steps' collectives ran beyond the wire by more than the bound, the note counts
 those steps),
-compute XLA runs beside a collective (more threads), and ranks pinned to disjoint cores (counted as sharing the fewest
-cores one of them had: wider, never narrower). Only the contended side is measured (2 ranks on 2 cores): that a host
+compute XLA runs beside a collective (more threads). Ranks pinned apart contend by the groups whose affinity sets
+overlap (``GraphMeta.core_groups``: a rank alone on one core still stalls behind its own poller). Only the contended
+side is measured (2 ranks on 2 cores): that a host
 with a core per thread does not stall follows from the mechanism, not from a run.
 
 A link row whose change to the step is smaller than the stall moves a step at even odds (``stall_outweighs``) is a point
@@ -100,11 +101,11 @@ class ThreadShare:
 
 
 def thread_share(g: Graph) -> ThreadShare | None:
-    """The split of ``ThreadShare`` for a graph whose ranks share one host (several hosts: whose threads contend with
-    whose is not in the graph; no host recorded: not known to be one; None either way); None where there are no timed
-    collectives."""
+    """The split of ``ThreadShare`` for a graph whose ranks share one host's cores (several hosts: whose threads contend
+    with whose is not in the graph; no host recorded: not known to be one; ranks pinned apart: another rank's threads hold
+    none of a poster's cores; None in each case); None where there are no timed collectives."""
     comm = _timed_comm(g)
-    if not comm.any() or len(g.meta.host_cpus) != 1:
+    if not comm.any() or len(g.meta.host_cpus) != 1 or g.meta.pinned_groups:  # pinned apart: no rank's threads hold another's cores
         return None
     work = np.flatnonzero((g.rank >= 0) & ~np.isin(g.kind, _WAITING) & (g.dur > 0))
     busy = union(g.order[work], g.order[work] + g.dur[work])
@@ -189,7 +190,8 @@ def stall_note(g: Graph) -> str | None:
         return None
     tick = f"{risk.tick_us / 1e3:.3g} ms" + (", the host kernel's" if risk.tick_recorded else " assumed: the profile did not record the host's")
     cores = ("the profile did not record the cores: taken as contended" if risk.hosts is None else
-             "; ".join(f"{h}: {g.meta.host_cpus[h][0]} ranks x {THREADS_PER_RANK} threads on {g.meta.host_cpus[h][1]} cores" for h in risk.hosts))
+             "; ".join(f"{h}: {g.meta.host_cpus[h][0]} ranks x {THREADS_PER_RANK} threads on {g.meta.host_cpus[h][1]} cores"
+                       + g.meta.pinned_said(h) for h in risk.hosts))
     beyond = _beyond_wire_per_step(g)
     over = beyond[beyond > risk.bound_us] if beyond is not None else np.zeros(0)
     past = (f"; but in {len(over)} of {len(beyond)} profiled steps the collectives ran beyond the wire by more than that (the "

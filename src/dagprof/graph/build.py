@@ -32,6 +32,7 @@ from ..align.clocks import SYMMETRIC
 from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
+from ..traces import cpu_sets
 from ..traces.events import CommRole, Kind, RankTrace, Run
 from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
@@ -62,9 +63,36 @@ def common_steps(run: Run, steps: range | None = None) -> list[int]:
 
 
 def host_cpus(run: Run) -> dict[str, tuple[int, int]]:
-    """Per host whose ranks said their cores: (its ranks, the fewest cores one of them could run on)."""
-    return {h: (sum(t.host == h for t in run.ranks), min(t.meta.cpus for t in run.ranks if t.host == h))
-            for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}}
+    """Per host whose ranks said their cores: (its ranks, the cores they may use together). Where every one of them said
+    which cores (its affinity set), the union of the sets; else the fewest cores one of them could run on, which is the
+    host's where the ranks are not pinned (``GraphMeta.host_cpus``)."""
+    out = {}
+    for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}:
+        mine = [t for t in run.ranks if t.host == h]
+        sets = _affinity_sets(mine)
+        out[h] = (len(mine), len(frozenset().union(*sets)) if sets else min(t.meta.cpus for t in mine))
+    return out
+
+
+def pinned_groups(run: Run) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per host whose ranks were pinned apart (every one said its affinity set, and not all of them overlap): each group
+    of its ranks that may contend for cores, as (its ranks, the cores of their sets together). Ranks whose sets overlap,
+    directly or through another's, are one group; a rank alone on its own cores is a group of its own
+    (``GraphMeta.pinned_groups``). Largest groups first."""
+    out = {}
+    for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}:
+        groups: list[tuple[int, frozenset[int]]] = []  # (ranks, their cores)
+        for s in _affinity_sets([t for t in run.ranks if t.host == h]):
+            meet = [g for g in groups if g[1] & s]
+            groups = [g for g in groups if not g[1] & s] + [(1 + sum(n for n, _ in meet), s.union(*(c for _, c in meet)))]
+        if len(groups) > 1:
+            out[h] = tuple(sorted(((n, len(c)) for n, c in groups), key=lambda rc: (-rc[0], rc[1])))
+    return out
+
+
+def _affinity_sets(ranks: list[RankTrace]) -> list[frozenset[int]]:
+    """Each rank's affinity set where every one of ``ranks`` recorded it, else []."""
+    return [cpu_sets.cores(t.meta.cpu_set) for t in ranks] if all(t.meta.cpu_set for t in ranks) else []
 
 
 def host_tick_us(run: Run) -> dict[str, float]:
@@ -166,6 +194,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         torch=run.ranks[0].meta.torch,
         grad_clips={s + run.ranks[0].meta.step_offset: c for s, c in run.ranks[0].meta.grad_clips.items()},
         host_cpus=host_cpus(run),
+        pinned_groups=pinned_groups(run),
         host_tick_us=host_tick_us(run),
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
         padded_gathers=dict(run.meta.padded_gathers),

@@ -44,7 +44,7 @@ from ..errors import DagprofError
 from ..traces.events import CommRole, Kind, LaneKind, RankTrace, Run
 from ..traces.meta import PsKey, PsRecord, RowPull
 from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
-from .build import common_steps, host_cpus, loop_steps, measured_iter_us
+from .build import common_steps, host_cpus, loop_steps, measured_iter_us, pinned_groups
 from .collectives import add_ps_part, add_ps_pull, ps_devices
 from .dag import DeviceKind, Graph, GraphBuilder
 
@@ -186,7 +186,8 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=ps.framework, source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps=msgspec.structs.replace(ps, exchange_us=spans, row_pull_us=row_pull_us),
-        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), loop_steps=loop_steps(run),
+        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), pinned_groups=pinned_groups(run),
+        loop_steps=loop_steps(run),
     )
     return rebuild_ps(g, servers, link)
 

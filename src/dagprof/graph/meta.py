@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..traces.run_schema import FSDP2_API, ZeroInfo
+from ..units import count
 
 if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
@@ -198,7 +199,12 @@ class GraphMeta:
     layer_autograd_nodes: dict[str, int] = field(default_factory=dict)
     torch: str = ""
     grad_clips: dict[int, GradClip] = field(default_factory=dict)  # dagprof runs: rank 0's clip_grad_norm_ calls per step ({}: none or not recorded)
-    host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
+    # dagprof, MXNet, TF/JAX runs: host -> (its ranks, the cores they may use together: their affinity sets' union, where
+    # they recorded them, else the fewest cores one could run on; unpinned ranks: the host's). Which ranks contend: core_groups
+    host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # hosts whose ranks were pinned apart (graph.build.pinned_groups) -> each group of ranks whose affinity sets overlap, as
+    # (its ranks, their cores); a rank alone on its own cores is a group of its own. Absent: every rank may run on every core
+    pinned_groups: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)
     # TF: a padded all-gather of a sparse gradient (traces.xplane_run.padded_key) -> each profiled worker's rows per step
@@ -249,9 +255,27 @@ class GraphMeta:
         """The profile's torch version as major.minor (``2.13.0+cpu``: ``2.13``), what its measured constants are keyed by."""
         return ".".join(self.torch.split("+")[0].split(".")[:2])
 
-    def crowded_hosts(self, threads_per_rank: int) -> list[str]:
-        """Hosts where ``threads_per_rank`` runnable threads per rank outnumber the cores a rank could run on (``host_cpus``)."""
-        return sorted(h for h, (ranks, cores) in self.host_cpus.items() if threads_per_rank * ranks > cores)
+    def core_groups(self, host: str) -> tuple[tuple[int, int], ...]:
+        """The ranks of ``host`` that contend for cores, as (ranks, their cores) per group: one group, ``host_cpus``'s,
+        unless they were pinned apart (``pinned_groups``)."""
+        return self.pinned_groups.get(host, (self.host_cpus[host],))
+
+    def crowded_groups(self, host: str, threads_per_rank: int, among_ranks: bool = False) -> list[tuple[int, int]]:
+        """The groups of ``host`` (``core_groups``) where ``threads_per_rank`` runnable threads per rank outnumber their
+        cores; ``among_ranks``: only where ranks share cores (a rank pinned alone contends with its own threads only)."""
+        return [(r, c) for r, c in self.core_groups(host)
+                if threads_per_rank * r > c and (r > 1 or not among_ranks or host not in self.pinned_groups)]
+
+    def crowded_hosts(self, threads_per_rank: int, among_ranks: bool = False) -> list[str]:
+        """Hosts with a group of ranks whose ``threads_per_rank`` runnable threads per rank outnumber their cores
+        (``crowded_groups``)."""
+        return sorted(h for h in self.host_cpus if self.crowded_groups(h, threads_per_rank, among_ranks))
+
+    def pinned_said(self, host: str) -> str:
+        """How ``host``'s ranks were pinned, to follow its cores in a note: " (pinned apart: 1 rank on 1 core, 1 rank on
+        1 core)"; "" where they were not."""
+        groups = self.pinned_groups.get(host)
+        return "" if groups is None else " (pinned apart: " + ", ".join(f"{count(r, 'rank')} on {count(c, 'core')}" for r, c in groups) + ")"
 
     def copy(self) -> GraphMeta:
         """A copy whose top-level lists and dicts are new, so setting or appending on it leaves ``self`` alone."""

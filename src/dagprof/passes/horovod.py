@@ -91,13 +91,14 @@ class _Cycle:
 
 
 def crowded_hosts(g: Graph) -> list[str]:
-    """Hosts of a Horovod job where the ranks' main and background threads outnumber the cores (``GraphMeta.host_cpus``).
-    Horovod's ``synchronize()`` spins a core while it waits (a 2-rank gloo job's waiting rank burned 2.0 s of CPU in a
-    3 s wait), so there a rank's wait takes cores from the other ranks' compute, and a what-if that lengthens the waits
-    slows that compute too."""
+    """Hosts of a Horovod job where the ranks' main and background threads outnumber the cores they share
+    (``GraphMeta.crowded_groups``). Horovod's ``synchronize()`` spins a core while it waits (a 2-rank gloo job's waiting
+    rank burned 2.0 s of CPU in a 3 s wait), so there a rank's wait takes cores from the other ranks' compute, and a
+    what-if that lengthens the waits slows that compute too. A rank pinned alone to its cores takes them from no other
+    rank (its own compute has ended when it waits), so only groups of ranks that share cores count."""
     if g.meta.horovod is None:
         return []
-    return g.meta.crowded_hosts(2)
+    return g.meta.crowded_hosts(2, among_ranks=True)
 
 
 def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_bytes: float | None = None,

@@ -29,10 +29,12 @@ def core_bound_slowdown(g: Graph) -> float:
     block its ranks: none of its compute ran beside one). Each rank then runs two busy threads, its compute and gloo's;
     R ranks on C cores give each thread C / 2R of a core where R ranks alone had C / max(R, C) of one (the profile's
     own sharing): s = 2R / max(R, C) - 1, 0 where the threads fit the cores; the most over the profile's hosts (2 ranks
-    on 2 cores: 1, half speed). Where the profile does not record its hosts' cores, the most that gives: 1."""
+    on 2 cores: 1, half speed). R and C are those of ranks that may share cores (``GraphMeta.core_groups``: ranks pinned
+    apart each to a core of its own give R = 1, C = 1: its two threads still share it). Where the profile does not record
+    its hosts' cores, the most that gives: 1."""
     if not g.meta.host_cpus:
         return 1.0
-    return max(max(0.0, 2.0 * r / max(r, c, 1) - 1.0) for r, c in g.meta.host_cpus.values())
+    return max(max(0.0, 2.0 * r / max(r, c, 1) - 1.0) for h in g.meta.host_cpus for r, c in g.meta.core_groups(h))
 
 
 def slowed_nodes(g: Graph) -> np.ndarray:

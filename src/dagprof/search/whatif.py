@@ -266,7 +266,8 @@ def _overlap_bound_notes(g0: Graph, bounds: list[float]) -> list[str]:
     """Said where ``_overlap_bound_us`` raised an interval's high end: why, and by how much."""
     if not bounds:
         return []
-    cores = "; ".join(f"{r} ranks on {c} cores" for r, c in g0.meta.host_cpus.values()) or "cores not recorded"
+    cores = "; ".join(f"{r} ranks on {c} cores" + g0.meta.pinned_said(h)
+                      for h, (r, c) in g0.meta.host_cpus.items()) or "cores not recorded"
     return [f"--data-parallel ddp from an FSDP profile: the compute DDP's all-reduces slow beside them is not in the point (the FSDP "
             "profile ran none beside a collective: its collectives block the ranks; no slowdown measured for this cluster): the "
             f"interval's high end holds the step with it at up to {1 + core_bound_slowdown(g0):g}x (each rank's compute and gloo "
@@ -353,13 +354,15 @@ def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[
 
 
 def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
-    """Ranks that outnumbered their host's cores when profiled: each op's time holds the sharing as it fell then."""
-    over = {h: rc for h, rc in g.meta.host_cpus.items() if rc[0] > rc[1]}
+    """Ranks that outnumbered the cores they shared when profiled (``GraphMeta.crowded_groups``: ranks pinned apart share
+    none): each op's time holds the sharing as it fell then."""
+    over = {h: groups[0] for h in g.meta.host_cpus if (groups := g.meta.crowded_groups(h, 1))}
     if not over or c.cores:
         return []
     h, (ranks, cores) = next(iter(sorted(over.items())))
     more = f" (and {count(len(over) - 1, 'more host')} alike)" if len(over) > 1 else ""
-    return [f"{ranks} ranks shared {count(cores, 'core')} on host {h}{more} when profiled: their ops ran slower where more than {cores} computed "
+    return [f"{ranks} ranks shared {count(cores, 'core')} on host {h}{g.meta.pinned_said(h)}{more} when profiled: their ops ran "
+            f"slower where more than {cores} computed "
             f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
             f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -27 and -42 % "
             "off the measured job in two rounds without it, -4 and -26 % with it)"]
@@ -430,7 +433,8 @@ def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     crowded = crowded_hosts(g)
     if not crowded:
         return []
-    hosts = ', '.join(f'{h}: {count(g.meta.host_cpus[h][0], "rank")} on {count(g.meta.host_cpus[h][1], "core")}' for h in crowded)
+    hosts = ', '.join(f'{h}: {count(g.meta.host_cpus[h][0], "rank")} on {count(g.meta.host_cpus[h][1], "core")}'
+                      + g.meta.pinned_said(h) for h in crowded)
     note = (f"{count(len(crowded), 'host')} ({hosts}) {'has' if len(crowded) == 1 else 'have'} fewer cores than their ranks' main and Horovod "
             "threads, and Horovod's synchronize() spins a core while it waits: "
             "compute there slows as the waits grow (a slower link, more workers), which is not modelled; the predictions "

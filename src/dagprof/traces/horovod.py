@@ -49,6 +49,7 @@ from .events import CommKind, CommRole, EventRows, EventTable, Kind, Lane, LaneK
 from .horovod_log import RankLog, read_logs
 from .horovod_timeline import Response, Timeline, read_timeline
 from .meta import AtResponse, Collectives, HorovodRecord, RankMeta, RunWarning, tx_bytes_per_step, warnings_of
+from .run_schema import CpuList, checked_cpu_set
 
 TIMELINE = "horovod_timeline.json"
 OWN_CALLS = "horovod-own-collectives.rank{rank}.json"  # a rank's note: the script exchanged gradients without DistributedOptimizer
@@ -128,6 +129,7 @@ class HorovodRankDoc(msgspec.Struct, kw_only=True):
     timeline: str | None = None
     warnings: list[str] = []
     cpus: Annotated[int, msgspec.Meta(ge=0)] | None = None  # recordings before the dagprof rank file said its cores
+    cpu_set: CpuList = ""  # which cores (recordings before 2026-12-06 lack it)
     window_tx_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the host's interfaces over the window (None: not counted)
     log: str | None = None  # the rank's Horovod trace lines of the window (``traces.horovod_log``; None: not kept)
     utc_offset_s: int | None = None  # the host's local time offset, which the log's stamps are in
@@ -187,7 +189,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
                         "the negotiations priced as measured")
     lags = _peer_lags(plan, read_logs(log_paths, {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
     waits: list[_PeerWait] = []
-    traces = [_with_doc(t, docs[t.rank]) for t in run.ranks]
+    traces = [_with_doc(t, docs[t.rank], os.path.join(folder, horovod_rank_file(t.rank))) for t in run.ranks]
     cut = {t.rank: _with_requests(t, requests.get(t.rank, [])) for t in traces}
     asked = _Asked({q: (t.base_ns + end * 1e3 + shifts[t.rank]) / 1e3 for t in traces for q, end in cut[t.rank].ends().items()})
     ranks = [_merge(t, cut[t.rank], plan, shifts[t.rank], lags, waits, asked) for t in traces]
@@ -249,13 +251,13 @@ def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankT
                                f"({away[0].tensor} in step {away[0].step}): another run's file, or its clock moved", path)
 
 
-def _with_doc(t: RankTrace, doc: HorovodRankDoc) -> RankTrace:
-    """The rank with the cores its Horovod rank file recorded where its dagprof rank file did not (recordings made
-    before the collector wrote ``cpus`` there), so ``GraphMeta.host_cpus`` says them for every Horovod run; and the
+def _with_doc(t: RankTrace, doc: HorovodRankDoc, path: str) -> RankTrace:
+    """The rank with the cores its Horovod rank file (``path``) recorded where its dagprof rank file did not (recordings
+    made before the collector wrote ``cpus`` there), so ``GraphMeta.host_cpus`` says them for every Horovod run; and the
     bytes the host sent per profiled step (``RankMeta.window_tx_bytes_per_step``) where the window's were counted."""
     meta = t.meta
     if meta.cpus <= 0 and doc.cpus:
-        meta = msgspec.structs.replace(meta, cpus=doc.cpus)
+        meta = msgspec.structs.replace(meta, cpus=doc.cpus, cpu_set=checked_cpu_set(doc.cpu_set, doc.cpus, path))
     if (per_step := tx_bytes_per_step(doc.window_tx_bytes, meta.steps_profiled)) is not None:
         meta = msgspec.structs.replace(meta, window_tx_bytes_per_step=per_step)
     return t if meta is t.meta else dataclasses.replace(t, meta=meta)

@@ -297,6 +297,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)
     pid: int | None = None
     cpus: int = 0  # dagprof, MXNet and TF/JAX runs: cores the rank could run on (0: not recorded)
+    cpu_set: str = ""  # which, as a cpu list (``traces.cpu_sets``; "": not recorded): ranks pinned apart share none
     scheduler_tick_us: float | None = None  # TF/JAX runs: its host kernel's tick, 1 / CONFIG_HZ (None: not recorded)
     torch: str = ""
     mode: str = ""  # api (dagprof.profile) | launcher (dagprof profile -- ...)

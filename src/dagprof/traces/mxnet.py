@@ -47,6 +47,7 @@ from .completeness import refuse_copies
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
+from .run_schema import CpuList, checked_cpu_set
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # what each version changed: ``MxManifest``
@@ -228,6 +229,7 @@ class MxManifest(msgspec.Struct):
     command: list[str] = []  # the workers' command
     hosts: dict[str, str] = {}  # worker rank -> its host name
     cpus: dict[str, int] = {}  # worker rank -> cores it could run on
+    cpu_sets: dict[str, CpuList] = {}  # worker rank -> which (``traces.cpu_sets``; manifests before 2026-12-06 lack it)
     cpu_s: dict[str, list[float]] = {}  # worker rank -> its process's CPU seconds per step (all threads), as ``steps``
     main_cpu_s: dict[str, list[float]] = {}  # worker rank -> its Python thread's CPU seconds per step (MXNet's front end, untraced), as ``steps``
     # worker rank -> row_sparse key -> per step (as ``steps``), the rows its gradient held in each of ``row_ranges`` ranges of row ids
@@ -252,6 +254,7 @@ class _Manifest:
                                f"step {backwards[0][1]}): a damaged manifest", path)
         self.hosts = {int(r): h for r, h in m.hosts.items()}
         self.cpus = {int(r): c for r, c in m.cpus.items()}
+        self.cpu_sets = {int(r): checked_cpu_set(c, self.cpus.get(int(r)), path) for r, c in m.cpu_sets.items()}
         self.cpu_s = {int(r): v for r, v in m.cpu_s.items()}
         self.main_cpu_s = {int(r): v for r, v in m.main_cpu_s.items()}
         self.rows, self.row_ranges = m.rows, m.row_ranges
@@ -431,7 +434,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     warnings = _misaligned(calls, w, path)
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
                       layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))}, host=man.hosts.get(w, ""),
-                      meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0), steps_profiled=step_ids,
+                      meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0), cpu_set=man.cpu_sets.get(w, ""), steps_profiled=step_ids,
                                     step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w),
                                     warnings=warnings))
     return trace, pushes

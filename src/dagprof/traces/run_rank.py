@@ -22,7 +22,7 @@ from .fsdp_run import check_units, fsdp_comm, label_groups
 from .meta import GradClip, RankMeta, StepSched, warnings_of
 from .run_comm import hook_comm, hook_wire, kineto_comm
 from .run_partition import partition_step, step_bounds
-from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, read_file
+from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, checked_cpu_set, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
 from .zero_run import check_zero, label_zero, overlap_comm, overlap_targets
 
@@ -268,6 +268,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         format=RANK_FORMAT,
         pid=f.pid,
         cpus=f.cpus,
+        cpu_set=checked_cpu_set(f.cpu_set, f.cpus, path),
         torch=f.torch,
         mode=f.mode,
         bucket_cap_mb=f.bucket_cap_mb,

@@ -33,10 +33,12 @@ import msgspec
 
 from ..errors import DagprofError
 from ..fsutil import decode_versioned, read_input, read_versioned
+from . import cpu_sets
 from .buckets import BucketLayout
 from .comm_kind import CommKind
 
 Count = Annotated[int, msgspec.Meta(ge=0)]  # a size or count in a rank file: negative is damage, refused by the decoder
+CpuList = Annotated[str, msgspec.Meta(pattern=cpu_sets.PATTERN)]  # a rank's affinity set, ``0-3,8`` (``traces.cpu_sets``; "": not recorded)
 
 FORMAT = "dagprof-run"
 RANK_FORMAT = "dagprof-rank"
@@ -267,6 +269,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     backend: str = ""
     host: str = ""
     cpus: int = 0  # cores this process could run on (0: not recorded); ranks past them share the host's cores
+    cpu_set: CpuList = ""  # which: pinned ranks on one host may each run on cores of their own ("": files before 2026-12-06)
     pid: int = 0
     torch: str = ""
     mode: str = "api"
@@ -380,3 +383,10 @@ def read_step_log(path: str | os.PathLike[str]) -> tuple[list[StepPart], bool]:
     parts = [decode_versioned(line, f"{path} line {i + 1}", StepPart, fmt, range(MIN_VERSION, VERSION + 1), what, "profile the job again")
              for i, line in enumerate(lines[:-1])]
     return parts, bool(lines[-1])
+
+
+def checked_cpu_set(text: str, cpus: int | None, path: str) -> str:
+    """A rank file's affinity set, refused in one line where it does not hold the cores its count says (a damaged file)."""
+    if text and cpus and len(cpu_sets.cores(text)) != cpus:
+        raise DagprofError(f"cpu_set {text!r} holds {len(cpu_sets.cores(text))} cores but cpus says {cpus}: a damaged rank file", path)
+    return text

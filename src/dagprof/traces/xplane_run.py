@@ -25,7 +25,7 @@ from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
-from .run_schema import Count, refuse_ranks_beyond
+from .run_schema import Count, CpuList, checked_cpu_set, refuse_ranks_beyond
 from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
 
@@ -68,6 +68,7 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     collective_lookups: dict[str, list[str]] = {}  # a sparse gradient's all-gather -> the lookups whose ids it gathers (ditto)
     warnings: list[str] = []
     cpus: Count | None = None  # rank files before 2026-12-03 lack both
+    cpu_set: CpuList = ""  # which cores (files before 2026-12-06 lack it)
     kernel_hz: Count | None = None
     window_tx_bytes: Count | None = None  # rank files before the count lack it
 
@@ -127,6 +128,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         trace.meta.pid = info.pid
         trace.host = trace.host or info.host  # the profile's own host name, else the rank file's
         trace.meta.cpus = info.cpus or 0
+        trace.meta.cpu_set = checked_cpu_set(info.cpu_set, info.cpus, rpath)
         trace.meta.scheduler_tick_us = 1e6 / info.kernel_hz if info.kernel_hz else None
         warnings += info.warnings
         ranks.append(trace)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...fsutil import atomic_open
+from ...traces import cpu_sets
 from ...traces.run_schema import (
     MANIFEST,
     STEPS_ENDED,
@@ -51,6 +52,7 @@ def process_info() -> dict[str, Any]:
         "rank": rank, "world_size": world, "backend": backend, "host": socket.gethostname(), "pid": os.getpid(),
         "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": str(torch.__version__),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
+        "cpu_set": cpu_sets.this_process(),
     }
 
 

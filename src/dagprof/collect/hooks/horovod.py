@@ -40,6 +40,7 @@ import warnings
 from typing import Any
 
 from ...fsutil import atomic_open
+from ...traces import cpu_sets
 from ...traces.horovod import RANK_FORMAT, TIMELINE, VERSION, horovod_rank_file
 from ...traces.horovod_log import LOG_FILE
 from ...traces.run_schema import Rec
@@ -271,7 +272,7 @@ class HorovodCollector(Collector):
             "host": self._info.get("host"), "horovod": version, "settings": settings_from_env(),
             "timeline": os.path.basename(self._timeline) if self._timeline else None, "warnings": self.warnings,
             "log": os.path.basename(self._log.path) if self._log is not None and self._log.path else None,
-            "utc_offset_s": time.localtime().tm_gmtoff, "calmed_threads": len(self._calmed), "cpus": usable_cpus(),
+            "utc_offset_s": time.localtime().tm_gmtoff, "calmed_threads": len(self._calmed), "cpus": usable_cpus(), "cpu_set": cpu_sets.this_process(),
             "window_tx_bytes": _window_bytes(*self._tx_bytes),
             "enqueues": [list(e) for e in self.enqueues],
         }

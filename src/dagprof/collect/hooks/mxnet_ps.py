@@ -44,6 +44,8 @@ import sys
 import time
 from typing import Callable
 
+from ...traces import cpu_sets  # standard library only, like this module
+
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # traces.mxnet.VERSION: the reader's
 MANIFEST = "mxnet-run.json"
@@ -182,7 +184,7 @@ class profile:
             "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "keys": keys,
             "update_on_kvstore": on_servers,
             "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
-            "cpus": len(os.sched_getaffinity(0)), "cpu_s": self.cpu_s,
+            "cpus": len(os.sched_getaffinity(0)), "cpu_set": cpu_sets.this_process(), "cpu_s": self.cpu_s,
             "main_cpu_s": self.main_cpu_s, "rows": {str(k): v for k, v in self.rows.items()},
         })
 
@@ -448,6 +450,7 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         "layers": metas[0]["layers"], "profiled_steps": [first, stop], "files": files,
         "steps": {str(m["rank"]): m["steps"] for m in metas},
         "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
+        "cpu_sets": {str(m["rank"]): m.get("cpu_set", "") for m in metas},
         "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, "main_cpu_s": {str(m["rank"]): m.get("main_cpu_s", []) for m in metas},
         "rows": {str(m["rank"]): m["rows"] for m in metas if m.get("rows")}, "row_ranges": ROW_RANGES,
         "server_updates": updates,

@@ -19,6 +19,7 @@ import warnings
 from typing import Any, Callable, ContextManager, Iterator
 
 from ...fsutil import atomic_open
+from ...traces import cpu_sets
 from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, CollectiveSizes, rank_file, rank_logdir
 
 RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
@@ -299,6 +300,7 @@ class StepWindow:
             "unprofiled_step_times_us": {str(s): d / 1e3 for s, d in sorted(self.unprofiled_ns.items())},
             "grad_bytes": int(self.grad_bytes), "warnings": said,
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
+            "cpu_set": cpu_sets.this_process(),
         }
         info.update(self.sizes.to_rank_file())
         if self.embedding_grad_bytes:
