@@ -78,6 +78,20 @@ def test_one_rank_file_of_a_larger_job_is_warned_and_whatif_refuses(capsys, tmp_
     assert "nccl_data.json.gz: holds rank 0 of a 2-rank job alone" in err
 
 
+def test_the_whatif_api_on_a_lone_later_rank_refuses_in_one_line_not_a_value_error():
+    # the CLI refuses a lone rank's file up front; the API's evaluate reached the one-worker replica, which keeps rank 0 only,
+    # and failed on max() of no ranks
+    from dagprof.errors import DagprofError
+    from dagprof.pipeline import open_run
+    from dagprof.search.scenario import Scenario
+    from dagprof.search.whatif import evaluate
+
+    path = KINETO_PUBLIC.parent / "gloo-windows" / "same" / "rank-1.pt.trace.json.gz"
+    g = open_run(str(path), template=True).graph
+    with pytest.raises(DagprofError, match="no rank of the replayed graph spans a step"):
+        evaluate(g, [Scenario(bandwidth="100Mbit")], tolerance_pct=None)
+
+
 def test_whatif_without_an_axis_says_the_row_is_the_profiled_setup(capsys, tmp_path):
     run = KINETO_PUBLIC.parent / "ddp-testbed" / "run"
     code, out, _ = run_cli(capsys, "whatif", str(run), "--no-trace", "--json", "-o", str(tmp_path))

@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DagprofError
 from ..traces.run_schema import FSDP2_API, ZeroInfo
 from ..units import count
 
@@ -243,6 +244,9 @@ class GraphMeta:
         that stall twice, and a window's slowest worker holds it whole where it fell in the window's last step; the
         workers' mean counts it once (``mx_attn_accum.py`` on the testbed, ``tests/data/mxnet/testbed_attn``: pulls 8-10 ms
         late in 2 of 4 steps; the slowest worker per step read a profiler cost of 25 %, the mean 12 %)."""
+        if not per_rank:  # e.g. a what-if's one-worker replica of a lone rank-1 trace: no rank left with its step marks
+            raise DagprofError("no rank of the replayed graph spans a step, so its iteration cannot be timed (a what-if on one "
+                               "rank's trace other than rank 0 needs every rank's traces)", self.source)
         return max(per_rank) if self.ps is None else sum(per_rank) / len(per_rank)
 
     @property
