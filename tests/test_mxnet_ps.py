@@ -340,7 +340,7 @@ def test_a_pulled_key_s_copy_waits_for_that_key_s_pull_not_the_exchange_s_last()
     """Without ``waitall`` the worker copies each pulled key into its weights as that pull comes in, 16 ms before the last
     on ``mx_mlp.py``'s fresh profile. Made to wait for the last pull, every copy ran after it, back to back, and the model
     of the profiled run was +3.7 % (+2.1 to +4.1 % on 9 of 20 fresh runs); waiting for its own key's pull, off its
-    thread's chain, +1.4 %."""
+    thread's chain, +1.2 %."""
     p = open_run(str(USER_FRESH))
     g = p.graph
     src = np.repeat(np.arange(len(g)), np.diff(g.indptr))

@@ -189,8 +189,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 key_in[(step, r, key)] = node(KEY_IN, Kind.SYNC, at, at, rank=r, step=step, bucket=key)
             edges.append((key_in[(step, r, key)], h))
             floating.add(h)
-    thread_edges, before = _thread_edges(chains, floating)
-    edges += thread_edges
+    edges += _thread_edges(chains, floating)
     row_pull_us = [RowPull(p.step, p.worker, p.key, p.arrived - p.issued) for p in row_pulls_in]
     for p in row_pulls_in:
         # the call comes this long after what it waits for ran (the Python thread's own time: the node's, on no device)
@@ -200,8 +199,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)
-    for v, u in before.items():  # a floating op's framework time counts from its thread's op before it too, as measured
-        gap[v] = min(gap[v], max(mstart[v] - mend[u], 0.0))
+    gap[list(floating)] = 0.0  # ``_key_waits``: the thread's time beside the pulls stays hidden by them
     servers = ps.num_servers
     link = link or initial_link(run)
     g = g.replace(gap=gap)
@@ -260,27 +258,23 @@ def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.nda
     return out
 
 
-def _thread_edges(chains: list[list[int]], floating: set[int]) -> tuple[list[tuple[int, int]], dict[int, int]]:
+def _thread_edges(chains: list[list[int]], floating: set[int]) -> list[tuple[int, int]]:
     """Each engine thread's program order: its ops in a chain, but an op in ``floating`` (a pulled key's copy, waiting for
     that key's pull) only after the chain's op before it and before the one after it. The engine runs a copy as its key's
     pull comes in, whichever pull that is: kept in the measured order, a copy whose pull the replay brings in later than
     measured held the copies after it (a fresh ``mx_mlp.py`` profile's worker, a 3.2 ms copy under load: +3.7 ms on a
-    step whose 1.6 MB key's pull the replay brought in last, the measured run's 7 ms before the last). Also each floating
-    op's measured predecessor on its thread: its gap counts from it (a burst of copies the thread ran back to back once
-    it got the core again kept each copy's wait since its pull as a gap of its own, serialised: +11 ms on a step)."""
-    out, before = [], {}
+    step whose 1.6 MB key's pull the replay brought in last, the measured run's 7 ms before the last)."""
+    out = []
     for chain in chains:
         prev, pending = None, []
-        for j, v in enumerate(chain):
+        for v in chain:
             if v in floating:
                 out += [(prev, v)] if prev is not None else []
                 pending.append(v)
-                if j:
-                    before[v] = chain[j - 1]
                 continue
             out += [(u, v) for u in pending] or ([(prev, v)] if prev is not None else [])
             prev, pending = v, []
-    return out, before
+    return out
 
 
 def _key_waits(keys: list[PsKey], ready_at: list[float], push_starts: np.ndarray, pull_ends: np.ndarray, starts: list[float],
@@ -295,7 +289,14 @@ def _key_waits(keys: list[PsKey], ready_at: list[float], push_starts: np.ndarray
     ``DeleteVariable`` ops right after the backward held the engine thread's every copy behind the last pull). mx.profiler names no push's key:
     the engine pushes a key once its gradient is ready, so the i-th push to start is the i-th key by gradient ready
     (``ready_at``), ties in key order (the trainer's priority). With a push count other than the key count, or a
-    row_sparse key (its pull is an acknowledgement), the op waits for the last pull."""
+    row_sparse key (its pull is an acknowledgement), the op waits for the last pull.
+
+    Such an op keeps no gap: its thread's time since the pull before it (an engine thread descheduled under load, or a
+    pull of another key than the one assumed) ran beside the pulls still in flight, hidden by them. Kept, it came after
+    the assumed key's pull wherever the replay brought that pull in later than measured: a fresh profile's first copy,
+    4.8 ms after the pull that ended 21 ms before the last, waited for the 1.6 MB key the replay brings in last (+5.7 %
+    where main's model was +2.6 %; +2.2 % without the gap); a burst of copies the thread ran back to back once it got the
+    core again, each keeping its wait since its pull (about 1 ms), serialised: +11 ms on a step."""
     if len(push_starts) != len(keys) or not len(keys):
         return [None] * len(starts)
     by_ready = sorted(range(len(keys)), key=lambda i: (ready_at[i], keys[i].key))
