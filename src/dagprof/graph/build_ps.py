@@ -11,6 +11,8 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
     done(worker, step) -> the first op that started after both the first push and the last backward
                           op (the pulled weights' copies, then the next step)
+    pull of key k -> key in(worker, step, k) -> an op that began before the last pull was in (key k's
+                          copy into the weights; off its thread's chain: ``_key_waits``, ``_thread_edges``)
 
 for every part of every key, keys placed on servers as ps-lite does (``traces.mxnet.pslite_bytes``).
 A row_sparse key (a ``SparseEmbedding``) pushes only its gradient's rows and is answered by an acknowledgement
@@ -52,6 +54,7 @@ ISSUE = "ps issue"
 DONE = "ps done"
 PULL_ISSUE = "ps row pull issue"  # a forward's row_sparse_pull of a key, per worker and step
 PULLED = "ps rows in"  # its rows arrived: the key's forward op waits for it
+KEY_IN = "ps key in"  # a key's pull arrived on a worker: what ran on it before the exchange's last pull (its copy) waits for it
 
 
 def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None = None) -> Graph:
@@ -74,6 +77,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     row_pulls_in: list[_PullIn] = []
     edges: list[tuple[int, int]] = []
     first_marks = {}
+    chains: list[list[int]] = []  # per worker and engine thread, its ops in measured order
     for t in run.ranks:
         ev, r, base = t.events, t.rank, t.base_ns / 1e3
         in_steps = np.isin(ev.step, chosen)
@@ -114,7 +118,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 chain.append(v)
                 mine_lane.append((base + s, base + e, v))
                 prev = e
-            edges += list(zip(chain[:-1], chain[1:]))
+            chains.append(chain)
             if lane_id == main:
                 b.meta.main_device[r] = dev
         rows = ev.role == CommRole.ROWS
@@ -154,22 +158,38 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             head += [v for lane in later for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
             head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in later)
                      if v is not None]
-            exchanges.append((step, r, ready, grads | segment, head, issued, first, last))
+            pushed = base + ev.start[mine]
+            exchanges.append((step, r, ready, grads | segment, sorted(set(head)), issued, first, last, pushed, pushed + ev.dur[mine]))
     keys = ps.keys
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
-    for step, r, ready, grads, head, issued, first, last in exchanges:
+    key_in: dict[tuple[int, int, int], int] = {}
+    floating: set[int] = set()  # ops that wait for one key's pull: off their thread's chain (``_thread_edges``)
+    for step, r, ready, grads, head, issued, first, last, push_starts, pull_ends in exchanges:
         t0 = mend[ready]
         spans.append((int(step), int(r), float(last - first)))
         calls = np.maximum(issued[: len(keys)] - t0, 0.0)
         if len(calls) < len(keys):
             calls = np.concatenate([calls, np.full(len(keys) - len(calls), calls[-1] if len(calls) else 0.0)])
+        ready_at = []
         for k, off in zip(keys, np.maximum.accumulate(calls)):
             grad = grads.get(k.layer)
             at = max(t0 + off, mend[grad] if grad is not None else -np.inf)
             v = node(ISSUE, Kind.COMM_ENQUEUE, at, at, rank=r, step=step, bucket=k.key)
             edges += [(ready, v)] + ([(grad, v)] if grad is not None else [])
+            ready_at.append(at)
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
-        edges += [(done, h) for h in set(head)]
+        for h, wait in zip(head, _key_waits(keys, ready_at, push_starts, pull_ends, [mstart[h] for h in head], last)):
+            if wait is None:
+                edges.append((done, h))
+                continue
+            key, at = wait
+            if key < 0:  # it ran before any pull was in: it waits for none
+                continue
+            if (step, r, key) not in key_in:
+                key_in[(step, r, key)] = node(KEY_IN, Kind.SYNC, at, at, rank=r, step=step, bucket=key)
+            edges.append((key_in[(step, r, key)], h))
+            floating.add(h)
+    edges += _thread_edges(chains, floating)
     row_pull_us = [RowPull(p.step, p.worker, p.key, p.arrived - p.issued) for p in row_pulls_in]
     for p in row_pulls_in:
         # the call comes this long after what it waits for ran (the Python thread's own time: the node's, on no device)
@@ -179,6 +199,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)
+    gap[list(floating)] = 0.0  # ``_key_waits``: the thread's time beside the pulls stays hidden by them
     servers = ps.num_servers
     link = link or initial_link(run)
     g = g.replace(gap=gap)
@@ -235,6 +256,62 @@ def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.nda
         pull = next((i for i in left if end[i] <= ev.start[consumer] + 1.0), min(left, key=end.get))
         left.remove(pull)
         out.append(_PullIn(step, t.rank, k.key, at, base + end[pull], ready, node_of[consumer]))
+    return out
+
+
+def _thread_edges(chains: list[list[int]], floating: set[int]) -> list[tuple[int, int]]:
+    """Each engine thread's program order: its ops in a chain, but an op in ``floating`` (a pulled key's copy, waiting for
+    that key's pull) only after the chain's op before it and before the one after it. The engine runs a copy as its key's
+    pull comes in, whichever pull that is: kept in the measured order, a copy whose pull the replay brings in later than
+    measured held the copies after it (a fresh ``mx_mlp.py`` profile's worker, a 3.2 ms copy under load: +3.7 ms on a
+    step whose 1.6 MB key's pull the replay brought in last, the measured run's 7 ms before the last)."""
+    out = []
+    for chain in chains:
+        prev, pending = None, []
+        for v in chain:
+            if v in floating:
+                out += [(prev, v)] if prev is not None else []
+                pending.append(v)
+                continue
+            out += [(u, v) for u in pending] or ([(prev, v)] if prev is not None else [])
+            prev, pending = v, []
+    return out
+
+
+def _key_waits(keys: list[PsKey], ready_at: list[float], push_starts: np.ndarray, pull_ends: np.ndarray, starts: list[float],
+               last: float) -> list[tuple[int, float] | None]:
+    """Per op that waits for a worker's exchange (measured ``starts``): (the key whose pull it waits for, that pull's
+    measured end), (-1, 0) for none (it began before any pull ended), or None for the exchange's last pull (``DONE``).
+
+    The worker copies each pulled key into its weights as that key's pull arrives, while the others are still in flight
+    (a user's ``backward(); trainer.step()``: 14 copies, the first 16 ms before the last pull on ``mx_mlp.py``); made to
+    wait for the last pull, they all ran after it, back to back, and the profiled run replayed 2-4 % long. An op that
+    began before the last pull ended waits for the latest pull that had ended by then (before any had: for none; the
+    ``DeleteVariable`` ops right after the backward held the engine thread's every copy behind the last pull). mx.profiler names no push's key:
+    the engine pushes a key once its gradient is ready, so the i-th push to start is the i-th key by gradient ready
+    (``ready_at``), ties in key order (the trainer's priority). With a push count other than the key count, or a
+    row_sparse key (its pull is an acknowledgement), the op waits for the last pull.
+
+    Such an op keeps no gap: its thread's time since the pull before it (an engine thread descheduled under load, or a
+    pull of another key than the one assumed) ran beside the pulls still in flight, hidden by them. Kept, it came after
+    the assumed key's pull wherever the replay brought that pull in later than measured: a fresh profile's first copy,
+    4.8 ms after the pull that ended 21 ms before the last, waited for the 1.6 MB key the replay brings in last (+5.7 %
+    where main's model was +2.6 %; +2.2 % without the gap); a burst of copies the thread ran back to back once it got the
+    core again, each keeping its wait since its pull (about 1 ms), serialised: +11 ms on a step."""
+    if len(push_starts) != len(keys) or not len(keys):
+        return [None] * len(starts)
+    by_ready = sorted(range(len(keys)), key=lambda i: (ready_at[i], keys[i].key))
+    pushes = np.argsort(push_starts, kind="stable")
+    key_of = {int(p): keys[i] for p, i in zip(pushes, by_ready)}
+    out: list[tuple[int, float] | None] = []
+    for s in starts:
+        arrived = np.flatnonzero(pull_ends <= s + 1.0)
+        p = int(arrived[np.argmax(pull_ends[arrived])]) if len(arrived) else -1
+        k = key_of.get(p)
+        if s >= last - 1.0 or (k is not None and k.row_bytes):
+            out.append(None)
+        else:
+            out.append((-1, 0.0) if k is None else (k.key, float(pull_ends[p])))
     return out
 
 
@@ -366,7 +443,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     keep = ~exchange_nodes(g)
     b, remap = GraphBuilder.from_graph(g, keep)
     issue, issue_order, done = {}, {}, {}
-    pull, pulled = {}, {}
+    pull, pulled, key_in = {}, {}, {}
     for v in np.flatnonzero(keep):
         name = g.node_name(v)
         at = (int(g.step[v]), int(g.bucket[v]), int(g.rank[v]))
@@ -380,6 +457,8 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             issue_order[(at[0], -1 - at[1])] = min(issue_order.get((at[0], -1 - at[1]), np.inf), float(g.order[v]))
         elif name == PULLED:
             pulled[at] = int(remap[v])
+        elif name == KEY_IN:
+            key_in[at] = int(remap[v])
     n = int(g.meta.world_size)
     for step in g.meta.steps:
         per_update = update_us(ps, step)
@@ -395,6 +474,9 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
                 ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
                                    pull=not k.row_bytes)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
+                arrived = [(u, key_in[(step, key, w)]) for w, u in enumerate(ends) if (step, key, w) in key_in]
+                if arrived:  # what the worker ran as this key's pull arrived (its copy)
+                    b.add_edges([u for u, _ in arrived], [v for _, v in arrived])
                 if k.row_bytes and (step, key, 0) in pull:  # the forward's pull of the same rows (the batch's), from the same server
                     share = part / total if total else 1.0 / len(parts)  # a pull cut over servers: each part its share
                     got = add_ps_pull(b, [[pull[(step, key, w)]] for w in range(n)], server, part * PS_INDEX_BYTES / k.row_bytes, part, pull_link,
