@@ -6,21 +6,13 @@ import re
 import shutil
 
 import numpy as np
+from testdata import TF_RECSYS_RAGGED, recsys_logged_ids
 
 from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.load import load
 
-RUN = pathlib.Path(__file__).parent / "data" / "tf" / "recsys-ragged"
+RUN = TF_RECSYS_RAGGED
 _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")
-
-
-def _logged() -> dict[int, list[int]]:
-    """step -> the history ids each worker looked up, as the script logged them (``log<R>.txt``)."""
-    out: dict[int, list[int]] = {}
-    for r in (0, 1):
-        for m in re.finditer(r"^step (\d+) history ids (\d+)", (RUN / f"log{r}.txt").read_text(), re.M):
-            out.setdefault(int(m.group(1)), [0, 0])[r] = int(m.group(2))
-    return out
 
 
 def _padded(run) -> dict[tuple[int, int, str], int]:
@@ -42,7 +34,7 @@ def test_each_padded_gather_carries_the_most_rows_any_worker_looked_up():
     indices unsized (2 of the 6 gathers a step); the context table's indices took their count from its rows' allocation."""
     run = load(str(RUN))
     assert not any("have no size" in str(w) for w in run.meta.warnings)
-    ids = _logged()
+    ids = recsys_logged_ids()
     padded = _padded(run)
     per_row = json.loads((RUN / "rank0.json").read_text())["collective_row_bytes"]
     assert {per_row[name] for (_, _, name) in padded} == {128, 4, 8}  # context rows, bias rows, int64 indices

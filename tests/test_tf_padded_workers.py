@@ -1,11 +1,11 @@
 """``--workers N`` on TF's all-gathers padded to the workers' most rows (``passes.padded_gathers``), and the framework
 overhead on the critical path broken down by what the trace recorded (``analysis.overhead``), on the vendored
 ``tests/data/tf/recsys-ragged`` (2 workers, steps 8-15, each worker's own rows logged by the script)."""
-import pathlib
 import re
 
 import numpy as np
 import pytest
+from testdata import TF_RECSYS_RAGGED, recsys_logged_ids
 
 from dagprof.passes.padded_gathers import expected_most, padded_rows_at
 from dagprof.passes.workers import scale_workers
@@ -13,21 +13,13 @@ from dagprof.pipeline import open_run
 from dagprof.traces.events import CommRole, Kind
 from dagprof.traces.xplane_run import padded_key
 
-RUN = pathlib.Path(__file__).parent / "data" / "tf" / "recsys-ragged"
+RUN = TF_RECSYS_RAGGED
 _PAD = re.compile(r"(?:^|/)cond(?:_\d+)?/else/")
 
 
 @pytest.fixture(scope="module")
 def prof():
     return open_run(str(RUN))
-
-
-def _logged() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for r in (0, 1):
-        for m in re.finditer(r"^step (\d+) history ids (\d+)", (RUN / f"log{r}.txt").read_text(), re.M):
-            out.setdefault(int(m.group(1)), [0, 0])[r] = int(m.group(2))
-    return out
 
 
 def _padded(g) -> dict[str, tuple[str, int, int]]:
@@ -47,7 +39,7 @@ def test_the_graph_keeps_each_workers_own_rows_per_step_as_the_script_logged_the
     """Every padded gather (the two tables' rows and indices) holds both workers' counts in each of the 8 steps,
     the ids each worker's log says it looked up, and the bytes of a row (128, 4, 8)."""
     recs = prof.graph.meta.padded_gathers
-    logged = _logged()
+    logged = recsys_logged_ids()
     assert len(recs) == 4 and {r.row_bytes for r in recs.values()} == {128, 4, 8}
     for rec in recs.values():
         assert rec.rows == {s: logged[s] for s in range(8, 16)}
@@ -82,7 +74,7 @@ def test_more_workers_pad_to_the_most_of_more_draws(prof):
     worker looked up in the window; one worker sends its own rows (rank 0's). The other sparse gathers scale by N / 2."""
     g = prof.graph
     base = _padded(g)
-    logged = _logged()
+    logged = recsys_logged_ids()
     most = max(max(v) for v in logged.values())
     assert len(base) == 32 and all(b > 0 for _, _, b in base.values())
     assert _padded(scale_workers(g, 2)) == base

@@ -1,10 +1,12 @@
 """Where the vendored reference data lives (tests/data, see its README): tests never read outside the repository."""
+import re
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
 KINETO_PUBLIC = DATA / "kineto-public"
 KINETO_CORPUS = DATA / "kineto-corpus"
 GLOO_WINDOWS = DATA / "gloo-windows"
+TF_RECSYS_RAGGED = DATA / "tf" / "recsys-ragged"
 
 
 def at_testbed_wire(run: Path):
@@ -18,6 +20,15 @@ def at_testbed_wire(run: Path):
 
     g = open_run(run).graph
     return profiled_at(g, rate_models(g, str(run), 1e9, 200e6).settings)
+
+
+def recsys_logged_ids() -> dict[int, list[int]]:
+    """step -> the history ids each worker of ``TF_RECSYS_RAGGED`` looked up, as the script logged them (``log<R>.txt``)."""
+    out: dict[int, list[int]] = {}
+    for r in (0, 1):
+        for m in re.finditer(r"^step (\d+) history ids (\d+)", (TF_RECSYS_RAGGED / f"log{r}.txt").read_text(), re.M):
+            out.setdefault(int(m.group(1)), [0, 0])[r] = int(m.group(2))
+    return out
 
 
 def copy_fixture(tmp_path: Path, fixture: str) -> Path:
