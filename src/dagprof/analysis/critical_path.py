@@ -43,7 +43,6 @@ class CriticalPath:
     ranks_crossed: list[int]  # ranks the path visits, in order of first visit
     overhead: dict[str, float] = field(default_factory=dict)  # "framework overhead" broken down (``analysis.overhead``), us
 
-
     def to_dict(self, per: float = 1.0) -> dict:
         return {
             "total_ms": self.total_us / per / 1e3,

@@ -238,8 +238,7 @@ def row_wait_gaps(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
     out = np.zeros(len(g))
     if PULLED not in g.names:
         return out
-    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
-    consumers = np.unique(g.succ[g.name[src] == g.names.index(PULLED)].astype(np.int64))
+    consumers = np.unique(_fed_by(g, PULLED))
     consumers = consumers[mine[consumers] & (g.device[consumers] >= 0)]
     twin_of = {(int(group[v]), int(g.step[v])): int(v) for v in np.flatnonzero(mine)}  # (group, step) -> its node there
     for c in consumers.tolist():
@@ -268,15 +267,20 @@ def key_wait_gaps(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
     out = np.zeros(len(g))
     if KEY_IN not in g.names:
         return out
-    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
     floating = np.zeros(len(g), dtype=bool)
-    floating[g.succ[g.name[src] == g.names.index(KEY_IN)]] = True
+    floating[_fed_by(g, KEY_IN)] = True
     size = np.bincount(group[mine], minlength=int(group.max()) + 1)
     hit = np.bincount(group[mine & floating], minlength=len(size))
     mixed = (hit > 0) & (hit < size)
     at = mine & mixed[group]
     out[at] = g.gap[at]
     return out
+
+
+def _fed_by(g: Graph, name: str) -> np.ndarray:
+    """The nodes an edge from a node called ``name`` (one of ``g.names``) leads to, once per edge."""
+    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+    return g.succ[g.name[src] == g.names.index(name)].astype(np.int64)
 
 
 def pool_delays(group: np.ndarray, mine: np.ndarray, time: np.ndarray) -> np.ndarray:

@@ -192,7 +192,7 @@ def _fit_timed(nbytes: np.ndarray, dur: np.ndarray, n: int, concurrent: bool, wi
     line; else none is set apart."""
     base = np.ones(len(nbytes), dtype=bool) if base is None else base
     k, b = nbytes[keep], nbytes[base]
-    if not len(k) or (b.max() >= 1.5 * b.min() and (len(np.unique(k)) < 2 or k.max() < 1.5 * k.min())):
+    if not len(k) or (b.max() >= 1.5 * b.min() and not _sizes_apart(k)):
         keep = base
     fit = fit_link(nbytes[keep], dur[keep], n, concurrent=concurrent, wire_us_per_byte=wire)
     if fit.weak is not None and not (keep == base).all():  # the rest no longer tell latency from bandwidth: as before

@@ -44,7 +44,7 @@ def tf_label(open_names: list[str]) -> str:
 
 def flatten(r0: np.ndarray, r1: np.ndarray, names: list[str], label=tf_label) -> HostSegments:
     """Nested ranges [r0, r1) of one thread -> segments, each labelled by ``label`` of the ranges open over it (outermost
-    first); moments no range covers are left out (``HostSegments.overlap`` calls them untraced). Ranges that overlap
+    first); moments no range covers are left out (``analysis.overhead`` counts them as ``UNTRACED``). Ranges that overlap
     without nesting are cut at the outer one's end."""
     order = np.lexsort((-(r1 - r0), r0))
     stack: list[tuple[float, str]] = []  # (end, name), outermost first
@@ -60,7 +60,9 @@ def flatten(r0: np.ndarray, r1: np.ndarray, names: list[str], label=tf_label) ->
         if label_ids and label_ids[-1] == lab and ends[-1] == a:
             ends[-1] = b
         else:
-            starts.append(a), ends.append(b), label_ids.append(lab)
+            starts.append(a)
+            ends.append(b)
+            label_ids.append(lab)
 
     t = -np.inf
     for k in order.tolist():
