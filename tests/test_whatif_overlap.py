@@ -120,3 +120,42 @@ def test_profile_cells_says_where_a_profiled_cells_step_goes():
         ms = {k: float(v) for k, v in (p.split() for p in line.split(": ", 1)[1].split(", "))}
         assert set(ms) == {"forward", "backward", "update", "other", "comm_enqueue"}
         assert ms["backward"] == max(ms.values()) > 0
+
+
+def test_testbed_unshaped_cells_reach_the_shared_cores_bounds():
+    """The unshaped link is the ranks' own CPU work priced by a sweep timed alone, and no slowdown was measured for the
+    profiled link: each unshaped cell's interval reaches up to its all-reduces and compute sharing the 2 cores (each at
+    half speed where they overlap) and down to the profile's backward run without the slowdown its own buckets may have
+    put on it. 1 MiB buckets overlap the backward (the high end moves far), one 25 MiB bucket follows it (the low end
+    does); the shaped cells keep their interval, and every point stays."""
+    import run
+
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = [(2, "200Mbit", 1.0), (2, "unlimited", 1.0), (2, "unlimited", 25.0)]
+    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
+    points, intervals, _ = run.predict(*args, raw=True)
+    shaped, small, one = (intervals[c] for c in cells)
+    assert "shared_cores" not in shaped.terms and "shared_cores" in small.terms and "shared_cores" in one.terms
+    assert all(iv.point_us == pytest.approx(1e3 * points[c]) and iv.lo_us < iv.point_us < iv.hi_us for c, iv in intervals.items())
+    above, below = ({c: f(iv) for c, iv in ((cells[1], small), (cells[2], one))} for f in (lambda iv: iv.hi_us / iv.point_us - 1,
+                                                                                          lambda iv: 1 - iv.lo_us / iv.point_us))
+    assert above[cells[1]] > 2 * above[cells[2]] and below[cells[2]] > below[cells[1]]
+    # the profiled link's own slowdown measured (calibrate --overlap at 1 Gbit/s): the point takes it out, so no low-end bound
+    _, measured, _ = run.predict(*args, raw=True, calibrated={(2, "1Gbit"): str(OVERLAP_1GBIT)})
+    assert measured[cells[2]].lo_us > one.lo_us and "shared_cores" in measured[cells[1]].terms
+
+
+def test_slowed_comm_lengthens_only_collectives_beside_compute(prof):
+    """``passes.overlap.slowed_comm``: a collective's duration times 1 + s f, f its share of the replay beside compute."""
+    from dagprof.passes.overlap import slowed_comm
+    from dagprof.replay import replay
+    from dagprof.traces.events import Kind
+
+    g = prof.graph
+    res = replay(g)
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0)
+    assert (slowed_comm(g, res, 0.0) == g.dur).all()
+    ratio = slowed_comm(g, res, 1.0)[comm] / g.dur[comm]
+    assert (ratio >= 1.0).all() and (ratio <= 2.0 + 1e-9).all() and ratio.max() > 1.1
+    assert (slowed_comm(g, res, 1.0)[~comm] == g.dur[~comm]).all()

@@ -28,6 +28,12 @@ Spread between the point (the replayed steps' median) and a run's median (indepe
 - ``overlap`` (high end only, added: a bound, not a spread): FSDP -> DDP without a measured slowdown beside
   collectives (``search.whatif``): the step with DDP's all-reduces slowing the compute beside them as much as the
   host's cores allow (``passes.overlap.core_bound_slowdown``), which the point leaves out.
+- ``shared_cores`` (both ends, added: bounds): collectives priced by a sweep timed alone whose transfer is the ranks' own
+  CPU work (the namespace testbed's unshaped loopback, ``bench/testbed/run.py``): above, each collective slowed beside the
+  compute and that compute beside it, as far as ``calibrate --overlap``'s ``comm_slowdown`` measured or the cores allow
+  (``search.scenario.shared_cores_bound_us``); below, where no slowdown beside the profiled link was measured, the
+  profile's compute without the slowdown its own collectives may have put on it. Its scatter between repeats (0-3 per
+  unit of overlap) kept it out of the point, which on fresh rounds it overshot.
 
 The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
 and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).
@@ -309,6 +315,12 @@ class PredictionInterval:
         if extra_us <= 0 or self.point_us <= 0:
             return self
         return self._plus(0.0, 0.0, (term,), shift=extra_us / self.point_us)
+
+    def below(self, less_us: float, term: str) -> "PredictionInterval":
+        """The low end lowered by ``less_us``, a time the point holds and may not take (``above``'s other side)."""
+        if less_us <= 0 or self.point_us <= 0:
+            return self
+        return self._plus(0.0, 0.0, (term,), shift=-less_us / self.point_us)
 
     def at_least(self, floor_us: float) -> "PredictionInterval":
         """The low end cut at ``floor_us`` where it reaches below it (``compute_floor``), with ``compute_floor`` in ``terms``."""

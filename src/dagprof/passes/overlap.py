@@ -74,6 +74,18 @@ def busy_share(res: ReplayResult, busy: np.ndarray, nodes: np.ndarray, weight: n
     return np.clip((np.interp(b, t, acc) - np.interp(a, t, acc)) / span, 0.0, 1.0)
 
 
+def slowed_comm(g: Graph, res: ReplayResult, slowdown: float) -> np.ndarray:
+    """Durations of ``g`` with each collective (1 + ``slowdown`` * f) as long, f the share of its replayed span (``res``)
+    during which some rank computed: a collective whose transfer is the ranks' own CPU work (gloo copying and summing over
+    a host's loopback) waits for a core beside the compute, which a sweep timed alone never shows. Any rank computing
+    counts whole: a ring runs at its slowest rank's pace."""
+    dur = g.dur.copy()
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0))
+    if slowdown > 0 and len(comm):
+        dur[comm] *= 1.0 + slowdown * busy_share(res, slowed_nodes(g), comm)
+    return dur
+
+
 def same_op(g: Graph, nodes: np.ndarray) -> np.ndarray:
     """Per node of ``nodes``: an id shared by the instances of one op across the profiled steps (the same rank and name,
     the k-th of that name in its step by profiled order); -1 outside steps, or where the steps hold different numbers
