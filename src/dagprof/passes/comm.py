@@ -59,6 +59,7 @@ from .link_fit import (
     find_collectives,
     fit_topology,
     fitted_stalls,
+    floored_kinds,
     graph_world_size,
     hybrid,
     jax_on_gloo,
@@ -228,13 +229,21 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
     if g.meta.topology is not None:
         return g.dur[idx] - model_prices(g, idx, g.meta.topology, current_scheme(g))
     try:
+        fit = fit or link_fit(g)
         own = g.dur[idx] - fitted_stalls(g, fit)[idx]
     except DagprofError:  # nothing fitted: ``retime_collectives`` prices nothing either
         return out
     _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0, return_inverse=True)
     like = like.ravel()
     mean = np.bincount(like, weights=own) / np.bincount(like)
-    return own - mean[like]
+    out = own - mean[like]
+    floored = floored_kinds(g, fit)
+    if floored:  # a kind's link the wire floored (``passes.link_fit.wire_floor``): its instances keep all they took beside its price
+        topo = fit_topology(g, fit)
+        kinds = _kind_labels(g, idx, kinds_apart(g, topo))
+        on = np.isin(kinds, floored)
+        out[on] = (own - model_prices(g, idx, topo, current_scheme(g), kinds))[on]
+    return out
 
 
 def in_op_pieces(g: Graph) -> np.ndarray:

@@ -217,6 +217,31 @@ def _fit_timed(nbytes: np.ndarray, dur: np.ndarray, n: int, concurrent: bool, wi
     return replace(fit, stalls=stalls if stalls.any() else None)
 
 
+def wire_floor(g: Graph) -> float | None:
+    """us per byte (as ``AlphaBeta.beta_us_per_byte``) below which no kind's own link of a JAX job's collectives on gloo
+    (``jax_on_gloo``) profiled on a known wire (``GraphMeta.wire_bytes_per_s``: ``--profiled-bandwidth``) is fitted
+    (``profiled_kinds``, with the all-gathers set apart, ``gathers_apart``; not the all-gathers' own, whose nodes end
+    with their first rank out); None elsewhere.
+
+    A shaped link carries no byte faster than its rate: where a kind's fit beats it, bytes crossed outside its nodes'
+    timed spans. A node is timed from the last rank's join, and the first rank in sends meanwhile, into the socket
+    buffers. On ``tests/data/tf-jax/zero-rs-late`` (``bench/frameworks/jax_zero_rs.py``, 1 Gbit/s) the ranks came to the
+    1 MB reduce-scatters 3.3 ms apart in 7 of 8 steps and those took 6.9 ms against the wire's 8.9 (9.1-11.4 ms in the
+    other kept rounds' steps whose ranks joined within 0.2 ms); at 200 Mbit/s, ranks within 1.7 ms, 43.8-45.7 against
+    44.8. The reduce-scatters' link read 145 % of the wire and the 200 Mbit/s what-if came out 10.5 % short. Not tbf's
+    bucket (the testbed's 25 kB): on that loopback gloo's 1-8 MB all-reduces from joined ranks took 1.01-1.02 of the
+    wire's time at 1 Gbit/s and at 200 Mbit/s, 1.03-1.04 with a 3 kB bucket (``bench/tbf_headstart.py``). What each
+    instance of a floored kind measured beside its price stays its own time at every rate (``passes.comm
+    .instance_residuals``): a head start is time the schedule gives, not bytes. Not the one line either: through
+    all-gathers that measure a share of their transfer (``transfer_spanned`` sets none apart where no other kind shows a
+    slope), ``bench/frameworks/jax_fsdp_conv.py``'s read 112 % of its 500 Mbit/s wire, and floored it priced 200 Mbit/s
+    +13.3 % (was +9.3). Other frameworks' fits beating the wire (TF's loopback at 1.1-3.4 times it) scale by the rate
+    ratio, as before (``search.scenario.wire_bandwidth``)."""
+    if not jax_on_gloo(g) or g.meta.wire_bytes_per_s is None:
+        return None
+    return 1e6 / g.meta.wire_bytes_per_s
+
+
 def _sizes_apart(nbytes: np.ndarray) -> bool:
     """At least two sizes, the largest at least 1.5 times the smallest: what ``fit_link`` asks to split latency from bandwidth."""
     return len(nbytes) > 0 and len(np.unique(nbytes)) >= 2 and nbytes.max() >= 1.5 * nbytes.min()
@@ -429,20 +454,37 @@ def profiled_kinds(g: Graph, overhead_us: float, fit: LinkFit) -> tuple[tuple[st
     -0.1 %). Only where the one fit tells bandwidth from latency (``LinkFit.weak``): else a kind's share of the
     durations beyond the overhead is noise (the 2-step ``fsdp/reshard`` recording: +2.0 % off its own replay). ``fit``:
     ``link_fit(g)``, whose stalls and all-gathers set apart (``LinkFit.apart``) it takes."""
+    return tuple((kind, ab) for kind, ab, _ in _kind_links(g, overhead_us, fit))
+
+
+def floored_kinds(g: Graph, fit: LinkFit) -> tuple[str, ...]:
+    """The kinds whose own links (``profiled_kinds``) the wire floored (``wire_floor``), on ``fit``'s overhead."""
+    if fit.kinds or fit.weak is not None or wire_floor(g) is None:
+        return ()
+    return tuple(kind for kind, _, floored in _kind_links(g, 2 * (max(priced_world_size(g), 2) - 1) * fit.link.alpha_us, fit) if floored)
+
+
+def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, AlphaBeta, bool]]:
+    """``profiled_kinds``' links, each with whether the wire floored it (``wire_floor``; never the all-gathers a JAX fit set
+    apart, whose nodes end with their first rank out: ``transfer_spanned``)."""
     sample = _kind_sample(g, fit.apart)
     if sample is None:
-        return ()
+        return []
     comm, kinds, _, wire, dur = sample
+    floor = wire_floor(g)
     out = []
     dur = dur - fitted_stalls(g, fit)[comm]  # each stall stays in its own step as measured (``keep_stalls``), not priced
     # again in its kind's link: a 2-rank ResNet's (``bench/fsdp_fresh/workers_rounds.py``, 100 Mbit/s) 13.8 ms a step of them
     # counted twice put the model of its profiled run +4.9 % over its replay, and --workers 4 priced them again 1.5 times
+    gather = priced_kind(CommKind.ALL_GATHER).label
     for kind in np.unique(kinds).tolist():
         sel = kinds == kind
         transfer = float(dur[sel].sum()) - overhead_us * int(sel.sum())
         if transfer > 0:
-            out.append((kind, AlphaBeta(0.0, transfer / float(wire[sel].sum()))))
-    return tuple(out)
+            beta = transfer / float(wire[sel].sum())
+            floored = floor is not None and beta < floor and not (fit.apart and kind == gather)
+            out.append((kind, AlphaBeta(0.0, floor if floored else beta), floored))
+    return out
 
 
 def jax_on_gloo(g: Graph) -> bool:
