@@ -8,7 +8,7 @@ so the ranks' returns compare directly: ``release`` = the later return less the 
 return less the later entry (the transfer and the first wake-up). Two ways to call: ``barrier`` (every repetition
 from a barrier's release, as ``dagprof calibrate`` times a call) and ``chained`` (as a job: no barrier, each call after
 the previous one's return plus a copy of its output, as FSDP2's copy-out, so the rank released first reaches the next
-call first and waits there), and ``busy`` (chained, with ``--busy-ms`` of compute after each call's copy-out, as a job
+call first and waits there), and ``busy`` (chained, with ``--busy-ms`` of compute (several values: a cell each) after each call's copy-out, as a job
 runs a unit's layers between its collectives: the rank released first computes on one core while the other's
 threads hand the call back). Each rank's training thread's CPU and run-queue wait over the whole sweep
 (``/proc/thread-self/schedstat``) give its stretch, (CPU + wait) / CPU, the measure a dagprof profile records per step
@@ -16,6 +16,12 @@ threads hand the call back). Each rank's training thread's CPU and run-queue wai
 say the load.
 
     dp-excl torchrun --standalone --nproc-per-node 2 bench/fsdp_release.py [--iters 40 --rounds 2] [--out FILE.json]
+    ... --modes barrier busy --busy-ms 0 2 5 10 20 --out FILE.json    (the release against the compute between calls)
+
+With compute between the calls the release is two-valued, not a line in the compute: most calls release both ranks
+together (as back to back), a share of them releases the later rank a scheduler slice late (2-5 ms; with 2 ms of compute,
+the other rank's whole 2 ms), from 2 ms of compute on about as often at 5, 10 and 20 ms; how often follows the machine's
+load (docs/evidence.md, branch fsdpbusy).
 """
 from __future__ import annotations
 
@@ -83,7 +89,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=("barrier", "chained", "busy"), default=["barrier", "chained", "busy"])
-    ap.add_argument("--busy-ms", type=float, default=3.0, help="busy: compute between calls, ms")
+    ap.add_argument("--busy-ms", type=float, nargs="+", default=[3.0], help="busy: compute between calls, ms (each value a cell)")
+    ap.add_argument("--kinds", nargs="+", choices=[k.label for k in KINDS], default=[k.label for k in KINDS])
     ap.add_argument("--out", help="also write the result here (rank 0)")
     args = ap.parse_args()
     dist.init_process_group("gloo")
@@ -91,26 +98,31 @@ def main() -> None:
     for _ in range(3):
         dist.all_reduce(torch.ones(1024))
     load0, s0 = os.getloadavg(), schedstat()
-    per: dict[tuple[str, str, int], list[np.ndarray]] = {}
+    per: dict[tuple[str, float, str, int], list[np.ndarray]] = {}
+    cells = [(m, b) for m in args.modes for b in (args.busy_ms if m == "busy" else [0.0])]
+    kinds = [k for k in KINDS if k.label in args.kinds]
     for _ in range(args.rounds):  # every cell in each round: the machine's load reaches all alike
-        for mode in args.modes:
-            for kind in KINDS:
+        for mode, busy in cells:
+            for kind in kinds:
                 for size in SIZES:
-                    mine = torch.from_numpy(calls(kind, size, world, args.iters, mode, args.busy_ms))
+                    mine = torch.from_numpy(calls(kind, size, world, args.iters, mode, busy))
                     every = [torch.empty_like(mine) for _ in range(world)]
                     dist.all_gather(every, mine)
-                    per.setdefault((mode, kind.label, size), []).append(torch.stack(every).numpy())
+                    per.setdefault((mode, busy, kind.label, size), []).append(torch.stack(every).numpy())
     s1 = schedstat()
     cpu, wait = s1[0] - s0[0], s1[1] - s0[1]
     stretch = torch.tensor([(cpu + wait) / cpu if cpu > 0 else 0.0], dtype=torch.float64)
     stretches = [torch.empty_like(stretch) for _ in range(world)]
     dist.all_gather(stretches, stretch)
     if dist.get_rank() == 0:
-        cells = [{"mode": m, "kind": k, "bytes": s, **summary(np.concatenate(v, axis=2))} for (m, k, s), v in per.items()]
+        cells = [{"mode": m, "busy_ms": b, "kind": k, "bytes": s, **summary(np.concatenate(v, axis=2))} for (m, b, k, s), v in per.items()]
         out = {"torch": torch.__version__, "world": world, "load_before": load0, "load_after": os.getloadavg(),
                "stretch": [round(float(x), 3) for x in stretches], "cells": cells}
         print(json.dumps(out))
-        if args.out:
+        if args.out:  # with each call's release, ms
+            for c, v in zip(cells, per.values()):
+                ret = np.concatenate(v, axis=2)[:, 1, :]
+                c["release_ms"] = [round(float(x), 4) for x in (ret.max(axis=0) - ret.min(axis=0)) / 1e6]
             with open(args.out, "w") as f:
                 json.dump(out, f, indent=1)
     dist.barrier()

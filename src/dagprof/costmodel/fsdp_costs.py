@@ -130,6 +130,13 @@ class FsdpHost:
 # 0.16 per MiB (median 0.03-0.22 ms, p90 0.9-3.4: a tail, as the kept FSDP2 jobs' 0.15-0.99 ms means over medians of
 # 0.02-0.13). Priced: the compute's release beyond the barrier's (in ``call_us``), 0.20 ms, and its 0.16 ms per MiB.
 # Beside a 2-rank DDP job (load 5-9) the release was 2.5-12x as long (medians; with compute between the calls 3.2 ms: the other's compute).
+# Against the compute between the calls (2026-12-06 03:58, alone, load 2.5-3.1, the sweep's threads 1.25x their CPU; 3 x 60 calls a
+# size): two-valued, not a line in the compute. Back to back the all-gather's mean 0.03-0.82 ms (0.07 pooled up to 1 MiB); with 2,
+# 5, 10, 20 ms of compute 0.95 / 2.30 / 1.62 / 2.08 pooled, 0.25-0.62 of the calls a scheduler slice late (those a median 2.2-3.9 ms:
+# with 2 ms of compute the other rank's whole 2 ms) and the rest together (the sizes' medians 0.03-2.7). How often follows the load,
+# not the compute beyond 2 ms nor the bytes: across 63 kept DDP/FSDP pairs the FSDP2 jobs' mean release was 0.20 ms + 3.5 ms x
+# (their own stretch - 1) (Pearson +0.84; bench/fsdp_fresh/release_load.py), and no load the DDP profile records tracks it (its
+# stretch: Spearman -0.08). So the quiet price stays: the 47 jobs at a stretch below 1.1 released a median 0.34 ms a call.
 FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
                                                    (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2,
                                                    0.314e3 - 0.110e3, 0.159e3 / 2**20)}

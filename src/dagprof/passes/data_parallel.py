@@ -56,7 +56,10 @@ reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``Fs
 Gloo's all-gather also releases one rank after the other, where the ranks compute between their calls 0.20 ms more than
 from a barrier (which the fixed cost holds) and 0.16 ms per MiB gathered, on a quiet machine (its mean; a tail:
 ``FsdpHost.release_us``, ``release_us_per_byte``): the later rank's wait carries it, alternating between the ranks call by
-call as the FSDP2 jobs did, stretched alike.
+call as the FSDP2 jobs did, stretched alike. With 2-20 ms of compute between the calls a share of them releases the later rank a
+scheduler slice late and the rest together; how often follows the FSDP job's own load (across 63 kept pairs its mean release
+was 0.20 ms + 3.5 ms x (its stretch - 1)), which no load the DDP profile records tracks (its stretch: Spearman -0.08; priced
+from it, the kept pairs lost): so the quiet price, which the jobs at a stretch below 1.1 met (a median 0.34 ms a call).
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
