@@ -108,6 +108,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_diffusion_accum": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_dae_metric": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_pointnet_frozen": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "hvd_lstm_lm": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "jax_zero_rs": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "jax_moe_a2a": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_bilstm_tagger_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
@@ -127,7 +128,7 @@ HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", 
                "hvd_sparse_gru": ("6:16", ["--steps", "20"]), "hvd_autoencoder": ("6:16", ["--steps", "20"]),
                "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"]),
                "hvd_dlrm_dense": ("6:16", ["--steps", "20"]), "hvd_kws_amp": ("6:16", ["--steps", "20"]),
-               "hvd_pointnet_frozen": ("6:16", ["--steps", "20"])}
+               "hvd_pointnet_frozen": ("6:16", ["--steps", "20"]), "hvd_lstm_lm": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),
@@ -493,6 +494,9 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             # CPU others took beside each job (``_others_cpu_pct``), % of a core: a round's jobs at different levels beside others' work
             "others_cpu_pct": _stats([x["others_cpu_pct"] for r in rounds for x in (r["profiled"], r["other"], *r.get("refs", ()))
                                       if "others_cpu_pct" in x]),
+            # each job's ranks' waits for a core beyond their own threads' CPU (``shaped_loopback.measured``), % of its median step: with
+            # a core a rank (``--hosts``), other processes' share of it; a round whose profiled or measured job ran off its level shows it
+            "foreign_pct": {side: [x.get("foreign_pct") for r in rounds if (x := r[side]) and "refused" not in x] for side in ("profiled", "other")},
             "settle_drift_pct": _settle_drift(settle, rounds[0] if rounds else {})}
 
 
