@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
+from dagprof.analysis.foreign_cpu import NOTE_SHARE  # noqa: E402
 from dagprof.collect.jobs.netns import Cluster, free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -497,7 +498,14 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             # each job's ranks' waits for a core beyond their own threads' CPU (``shaped_loopback.measured``), % of its median step: with
             # a core a rank (``--hosts``), other processes' share of it; a round whose profiled or measured job ran off its level shows it
             "foreign_pct": {side: [x.get("foreign_pct") for r in rounds if (x := r[side]) and "refused" not in x] for side in ("profiled", "other")},
+            # the rounds whose profiled and measured jobs both waited under ``NOTE_SHARE`` so (quiet cores), their error
+            "quiet_error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r and _quiet(r)], 8),
             "settle_drift_pct": _settle_drift(settle, rounds[0] if rounds else {})}
+
+
+def _quiet(row: dict) -> bool:
+    """Both jobs of a round ran on quiet cores: each one's ``foreign_pct`` recorded and under ``NOTE_SHARE`` of its step."""
+    return all((x := row[side].get("foreign_pct")) is not None and x < 100 * NOTE_SHARE for side in ("profiled", "other"))
 
 
 def _settle_drift(settle: dict | None, first: dict) -> float | None:
