@@ -16,7 +16,9 @@ by its message).
 The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
 Workers share this host's loopback; on 2 busy cores figures vary from run to run: medians and spreads are reported.
 ``--testbed --hosts`` (Horovod) confines each emulated host's processes to a core of its own, as hosts each have theirs,
-and every testbed job says the CPU others took beside it (``others_cpu_pct``): a level that moved with it is the load's.
+and every testbed job says the CPU others took beside it (``others_cpu_pct``): a level that moved with it is the load's;
+and how long its ranks waited for a core beyond their own threads' CPU (``foreign_pct``, ``analysis.foreign_cpu``): on a
+core a rank, the share of it other processes took.
 """
 from __future__ import annotations
 
