@@ -83,5 +83,5 @@ def foreign_cpu_note(meta: GraphMeta) -> str | None:
     per = ", ".join(f"rank {r} {f.foreign_us[r] / 1e3:.1f} of {f.step_us[r] / 1e3:.1f} ms" for r in sorted(f.foreign_us))
     return (f"each rank pinned alone to a core waited for it beyond its own threads' CPU in the profiled steps ({per}, median "
             f"per step; up to {100 * f.share:.0f} %): other processes held the cores then, and the op times carry that load, "
-            "so every row does too (the jobs of two-host Horovod testbed rounds at their own level waited 1-4 ms so; profile "
-            "again on quiet cores to predict the job at its level)")
+            "so every row does too (46 of 64 two-host Horovod testbed jobs waited 1.2-6.1 % of a step so, at their level; "
+            "profile again on quiet cores to predict the job at its level)")
