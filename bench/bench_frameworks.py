@@ -16,7 +16,9 @@ by its message).
 The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
 Workers share this host's loopback; on 2 busy cores figures vary from run to run: medians and spreads are reported.
 ``--testbed --hosts`` (Horovod) confines each emulated host's processes to a core of its own, as hosts each have theirs,
-and every testbed job says the CPU others took beside it (``others_cpu_pct``): a level that moved with it is the load's.
+and every testbed job says the CPU others took beside it (``others_cpu_pct``): a level that moved with it is the load's;
+and how long its ranks waited for a core beyond their own threads' CPU (``foreign_pct``, ``analysis.foreign_cpu``): on a
+core a rank, the share of it other processes took.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
+from dagprof.analysis.foreign_cpu import NOTE_SHARE  # noqa: E402
 from dagprof.collect.jobs.netns import Cluster, free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -108,6 +111,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_diffusion_accum": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_dae_metric": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_pointnet_frozen": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "hvd_lstm_lm": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "jax_zero_rs": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "jax_moe_a2a": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_bilstm_tagger_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
@@ -127,7 +131,7 @@ HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", 
                "hvd_sparse_gru": ("6:16", ["--steps", "20"]), "hvd_autoencoder": ("6:16", ["--steps", "20"]),
                "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"]),
                "hvd_dlrm_dense": ("6:16", ["--steps", "20"]), "hvd_kws_amp": ("6:16", ["--steps", "20"]),
-               "hvd_pointnet_frozen": ("6:16", ["--steps", "20"])}
+               "hvd_pointnet_frozen": ("6:16", ["--steps", "20"]), "hvd_lstm_lm": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),
@@ -493,7 +497,17 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             # CPU others took beside each job (``_others_cpu_pct``), % of a core: a round's jobs at different levels beside others' work
             "others_cpu_pct": _stats([x["others_cpu_pct"] for r in rounds for x in (r["profiled"], r["other"], *r.get("refs", ()))
                                       if "others_cpu_pct" in x]),
+            # each job's ranks' waits for a core beyond their own threads' CPU (``shaped_loopback.measured``), % of its median step: with
+            # a core a rank (``--hosts``), other processes' share of it; a round whose profiled or measured job ran off its level shows it
+            "foreign_pct": {side: [x.get("foreign_pct") for r in rounds if (x := r[side]) and "refused" not in x] for side in ("profiled", "other")},
+            # the rounds whose profiled and measured jobs both waited under ``NOTE_SHARE`` so (quiet cores), their error
+            "quiet_error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r and _quiet(r)], 8),
             "settle_drift_pct": _settle_drift(settle, rounds[0] if rounds else {})}
+
+
+def _quiet(row: dict) -> bool:
+    """Both jobs of a round ran on quiet cores: each one's ``foreign_pct`` recorded and under ``NOTE_SHARE`` of its step."""
+    return all((x := row[side].get("foreign_pct")) is not None and x < 100 * NOTE_SHARE for side in ("profiled", "other"))
 
 
 def _settle_drift(settle: dict | None, first: dict) -> float | None:

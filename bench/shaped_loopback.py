@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
+from dagprof.analysis.foreign_cpu import foreign_cpu  # noqa: E402
 from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
 from dagprof.passes.profiler_cost import MIN_STEPS, WARMUP_STEPS, job_steps  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -168,8 +169,12 @@ def measured(out: str) -> dict:
     ``MIN_STEPS`` of them), what a what-if's interval is for."""
     p = open_run(out)
     steps = unprofiled_steps_us(p.graph)
+    foreign = foreign_cpu(p.graph.meta)
     return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph),
-            "unprofiled_median_ms": statistics.median(steps) / 1e3 if len(steps) >= MIN_STEPS else None, "unprofiled_steps": len(steps)}
+            "unprofiled_median_ms": statistics.median(steps) / 1e3 if len(steps) >= MIN_STEPS else None, "unprofiled_steps": len(steps),
+            # the ranks' waits for a core beyond their own threads' CPU in the window, % of the median step (the most of any
+            # rank; ``analysis.foreign_cpu``): with a core a rank (``--hosts``), other processes' share of it; None: not recorded
+            "foreign_pct": None if foreign is None else round(100.0 * foreign.share, 1)}
 
 
 def unprofiled_steps_us(g) -> list[float]:

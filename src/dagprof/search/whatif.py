@@ -18,6 +18,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
+from ..analysis.foreign_cpu import foreign_cpu_note
 from ..analysis.interval import LEVEL, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Scheme, Topology
@@ -235,7 +236,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster) + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
-                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
+                     + _shared_cores_notes(g0, cluster) + _foreign_cpu_notes(g0) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _server_cores_notes(g0, scenarios)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
@@ -332,6 +333,12 @@ def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:
             f"--link-from's ({c.link_from}, the first rank out's time), each exit lag times their ratio, the nearest swept sizes "
             "interpolated (beyond the sweep, its end's); the two files must "
             "be measured alike (on a loaded machine each size's time grows by about the same amount on both links, and the ratio shrinks)"]
+
+
+def _foreign_cpu_notes(g: Graph) -> list[str]:
+    """Ranks pinned alone to a core that waited for it beyond their own threads' CPU (``analysis.foreign_cpu``)."""
+    note = foreign_cpu_note(g.meta)
+    return [note] if note else []
 
 
 def _overlap_notes(c: Cluster) -> list[str]:

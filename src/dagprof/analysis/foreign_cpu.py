@@ -1,0 +1,87 @@
+"""Other work on a rank's cores during the profiled steps: the training thread's waits for a core beyond what its own
+process's other threads ran.
+
+A rank pinned alone to one core (``GraphMeta.pinned_groups``: ``taskset``, a launcher's binding, the testbed's hosts)
+shares it with its own threads only: Horovod's background loop and gloo's, which run the collectives. Measured on the
+two-host Horovod testbed (2026-12-06, ``hvdhosts2``'s 64 kept jobs, each rank on a core of its own): the training thread
+was runnable all step (its CPU plus its run-queue wait within 0.1 ms of the step: ``synchronize()`` polls), its own
+other threads took 32-57 ms of CPU a 1 Gbit/s step (hvd_autoencoder; hvd_text 14-29), and 4-13 % of the compute ran
+beside a collective, at 0.6-1.3 times its own time alone (median per job): the own threads run while the training thread
+waits in ``synchronize()``, and the profiled collectives' times carry them. In every job at its level the waits exceeded
+the own threads' CPU by 0.8-3.8 ms a step; in the jobs off it (median steps 32-106 % above the jobs around them) by 7-90
+ms, on both ranks, while the own threads' CPU stayed as in the others: another process held the cores (``top`` showed
+another session's job at 50 % beside one of them). That is the profile's load, not the job's: the ops carry it and so
+does every what-if, so ``whatif`` says how much of the step it was.
+
+Per step and rank the figure is the thread's run-queue wait less its process's other threads' CPU (``StepSched``), at
+least 0: the least the cores ran of no thread of the rank's process while the thread waited (on one core, each moment of
+waiting has the core running another thread; the own threads' CPU may fall outside the waits, so this is a lower bound).
+For ranks that share cores it also counts the other ranks' work, so the note is given for ranks pinned alone only.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..graph.meta import GraphMeta
+from ..traces.meta import StepSched
+
+# A profile whose ranks waited this share of their median step beyond their own threads' CPU is said to be off its level: of
+# the 64 kept testbed jobs (the most of either rank) 46 waited 1.2-6.1 % of it so, the other 18 19.5-50.3 %, none between
+NOTE_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class ForeignCpu:
+    """Per rank of a profile: the median over its profiled steps of its step and of its waits beyond its own threads' CPU."""
+
+    step_us: dict[int, float]
+    foreign_us: dict[int, float]
+
+    @property
+    def share(self) -> float:
+        """The most any rank waited so, over its median step."""
+        return max((self.foreign_us[r] / self.step_us[r] for r in self.step_us if self.step_us[r] > 0), default=0.0)
+
+    def to_dict(self) -> dict:
+        return {"share_pct": 100.0 * self.share, "per_rank_ms": {r: self.foreign_us[r] / 1e3 for r in sorted(self.foreign_us)},
+                "step_ms": {r: self.step_us[r] / 1e3 for r in sorted(self.step_us)}}
+
+
+def foreign_us(s: StepSched) -> float | None:
+    """The step's run-queue wait of the training thread less its process's other threads' CPU, at least 0; None where the
+    process's CPU was not recorded (older files)."""
+    return None if s.process_cpu_us is None else max(0.0, s.wait_us - (s.process_cpu_us - s.cpu_us))
+
+
+def foreign_cpu(meta: GraphMeta) -> ForeignCpu | None:
+    """Every rank's ``foreign_us`` over its profiled steps (``LoopSteps``), whether pinned or not; None where a rank has no
+    step with its process's CPU recorded (not a dagprof collector's run, or an older file)."""
+    loop = meta.loop_steps
+    if loop is None or not loop.profiled:
+        return None
+    step, foreign = {}, {}
+    for r, steps in loop.profiled.items():
+        got = [(us, f) for s, us in steps.items() if (x := loop.sched.get(r, {}).get(s)) is not None and (f := foreign_us(x)) is not None]
+        if not got:
+            return None
+        step[r], foreign[r] = statistics.median(us for us, _ in got), statistics.median(f for _, f in got)
+    return ForeignCpu(step, foreign)
+
+
+def pinned_alone(meta: GraphMeta) -> bool:
+    """Every rank of the profile was pinned alone to one core of its host (each host's ``pinned_groups`` one rank on one core)."""
+    return bool(meta.host_cpus) and all(h in meta.pinned_groups and all(g == (1, 1) for g in meta.pinned_groups[h]) for h in meta.host_cpus)
+
+
+def foreign_cpu_note(meta: GraphMeta) -> str | None:
+    """A line for a profile whose ranks, each pinned alone to one core, waited for it beyond their own threads' CPU by at
+    least ``NOTE_SHARE`` of the step: other work held their cores; None elsewhere."""
+    f = foreign_cpu(meta) if pinned_alone(meta) else None
+    if f is None or f.share < NOTE_SHARE:
+        return None
+    per = ", ".join(f"rank {r} {f.foreign_us[r] / 1e3:.1f} of {f.step_us[r] / 1e3:.1f} ms" for r in sorted(f.foreign_us))
+    return (f"each rank pinned alone to a core waited for it beyond its own threads' CPU in the profiled steps ({per}, median "
+            f"per step; up to {100 * f.share:.0f} %): other processes held the cores then, and the op times carry that load, "
+            "so every row does too (46 of 64 two-host Horovod testbed jobs waited 1.2-6.1 % of a step so, at their level; "
+            "profile again on quiet cores to predict the job at its level)")
