@@ -222,14 +222,15 @@ WARMUP = 3
 
 
 def job(ranks: int, model: list[str], steps: int, log_dir: str, cluster=None, profile: str | None = None, kineto: bool = True,
-        stat=statistics.median) -> float:
-    """Run the training on ``ranks`` ranks; ``stat`` (the median) of rank 0's step times after warm-up, ms."""
+        stat=statistics.median, window: str | None = None) -> float:
+    """Run the training on ``ranks`` ranks; ``stat`` (the median) of rank 0's step times after warm-up, ms. ``window``: the
+    profiled steps A:B (default every step after warm-up but the last)."""
     from dagprof.collect.jobs.netns import run_ranks
 
     times = os.path.join(log_dir, "times.json")
     argv = [sys.executable, TRAIN, *model, "--steps", str(steps), "--times", times]
     if profile:
-        argv += ["--dagprof", profile, "--profile-steps", f"{WARMUP + 1}:{steps - 1}"] + ([] if kineto else ["--no-kineto"])
+        argv += ["--dagprof", profile, "--profile-steps", window or f"{WARMUP + 1}:{steps - 1}"] + ([] if kineto else ["--no-kineto"])
     run_ranks(argv, ranks, log_dir, env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
     with open(times) as f:
         return stat(json.load(f)[WARMUP:]) * 1e3
