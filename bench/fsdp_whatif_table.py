@@ -5,13 +5,15 @@ The job is ``fsdp_train.py --model tiedlm`` (``FRESH``: a GPT-style LM of ``nn.T
 tied to the embedding, ``fully_shard`` per block at its default). Each round (the namespace testbed, root; ``--links
 loopback`` runs the loopback cells only, for anyone) profiles it, hooks only, at 2 ranks and 1 Gbit/s under FSDP2 and under
 DDP (the order alternating by round), then runs every cell's job unprofiled in a shuffled order. The profiled window is
-the first half of the steps after warm-up, so that as many unprofiled steps follow it: ``whatif`` measures the
-profiler's cost on them and removes it (with one step after the window, as the other parts profile, it said "too noisy
-to say" on every profile of this model and every cell came out 13-26 % high: the hooks cost this CPU-bound job about
-17 % a step). Each what-if is then
+the first half of the steps after warm-up, so that as many unprofiled steps follow it, on which ``whatif`` measures the
+profiler's cost (with the one step after the window the other parts leave, it cannot: "too noisy to say"). Each what-if is then
 predicted from its round's profile (``whatif --json --allow-model-error``: the profile's own model error is shown beside):
 its ``predicted_median_ms`` against the job's median step after warm-up (rank 0), the round's figures' medians in the
 table, with the 90 % interval ``whatif`` gives (lo-hi, the median round's) and whether the measured median falls in it.
+Beside it, the change error: each round's predicted change over the profiled setup's prediction against the measured change
+over the profiled setup's job (``(p / p0) / (m / m0) - 1``), the what-if's own error with the level the profile ran at
+(the profile against that round's unprofiled job) taken out; DDP -> FSDP's is over the DDP profile's own prediction and
+the DDP job.
 
 Not measured here: ``--latency`` (this kernel has no netem: ``collect.jobs.netns``) and ``--prefetch`` (refused for FSDP:
 gloo runs one all-gather at a time on CPU).
@@ -133,26 +135,33 @@ def offline12(keep: str, cores: int | None = None) -> list[float]:
     cores = cores or os.cpu_count() or 1
     rounds = sorted((e for e in os.listdir(keep) if e.startswith("round")), key=lambda e: int(e[5:]))
     table = [c for c in cells(cores) if os.path.isdir(os.path.join(keep, rounds[0], job_key(c.flags, c.ranks, c.link)))]
-    rows: dict[str, list[tuple[float, float, float, float, float, float]]] = {c.label: [] for c in table}
+    # per round, (measured median, predicted median, lo, hi) of each cell and of each profile's own setup (the change's reference)
+    rows: dict[str, list[tuple[float, float, float, float]]] = {c.label: [] for c in table}
+    refs: dict[str, list[tuple[float, float]]] = {w: [] for w in PROFILES}
     for r in rounds:
+        def median_step(flags: tuple[str, ...], ranks: int = 2, link: str = "1Gbit") -> float:
+            return statistics.median(measured_steps(os.path.join(keep, r, job_key(flags, ranks, link))))
+        for w in PROFILES:
+            refs[w].append((median_step(tuple(PROFILES[w])), whatif(os.path.join(keep, r, w), ())["predicted_median_ms"]))
         for c in table:
-            steps = measured_steps(os.path.join(keep, r, job_key(c.flags, c.ranks, c.link)))
             p = whatif(os.path.join(keep, r, c.profile), c.args)
-            rows[c.label].append((statistics.median(steps), p["predicted_median_ms"], p["lo_ms"], p["hi_ms"], p["model_error_pct"],
-                                  statistics.fmean(steps)))
+            rows[c.label].append((median_step(c.flags, c.ranks, c.link), p["predicted_median_ms"], p["lo_ms"], p["hi_ms"]))
     print(f"\nPart 12: FSDP what-ifs (dagprof whatif) against measured, {len(rounds)} interleaved rounds kept in {keep}, "
           f"bench/fsdp_train.py {' '.join(FRESH)}; profiled 2 ranks at 1 Gbit/s, hooks only; load now {os.getloadavg()[0]:.2f}")
     print(f"{'what-if':27s} {'ranks':>5s} {'link':>8s} {'predicted':>10s} {'measured':>9s} {'error':>8s} {'interval ms':>15s} "
-          f"{'inside':>6s}  per round: error % (profile's model error %)")
+          f"{'inside':>6s} {'change err':>10s}  per round: error % (change error %)")
     errors = []
     for c in table:
-        got = rows[c.label]
+        got, ref = rows[c.label], refs[c.profile]
         m, p = statistics.median(x[0] for x in got), statistics.median(x[1] for x in got)
         mid = sorted(got, key=lambda x: x[1])[len(got) // 2]  # the median round's interval
         errors.append(100 * (p - m) / m)
-        per = " ".join(f"{100 * (x[1] - x[0]) / x[0]:+.1f} ({x[4]:+.1f})" for x in got)
+        change = [100 * ((x[1] / r1) / (x[0] / r0) - 1) for x, (r0, r1) in zip(got, ref)]
+        per = " ".join(f"{100 * (x[1] - x[0]) / x[0]:+.1f} ({ch:+.1f})" for x, ch in zip(got, change))
         print(f"{c.label:27s} {c.ranks:5d} {c.link:>8s} {p:10.1f} {m:9.1f} {errors[-1]:+7.2f} % {mid[2]:7.1f}-{mid[3]:<7.1f} "
-              f"{'yes' if mid[2] <= m <= mid[3] else 'no':>6s}  {per}")
+              f"{'yes' if mid[2] <= m <= mid[3] else 'no':>6s} {statistics.median(change):+8.2f} %  {per}")
+    m0, p0 = (statistics.median(x[i] for x in refs["ddp"]) for i in (0, 1))
+    print(f"{'(the DDP profile itself)':27s} {2:5d} {'1Gbit':>8s} {p0:10.1f} {m0:9.1f} {100 * (p0 - m0) / m0:+7.2f} %")
     a = sorted(map(abs, errors[1:]))  # the what-ifs, not the profiled setup itself
     print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each); "
           f"the profiled setup {errors[0]:+.2f} %")
