@@ -26,7 +26,7 @@ median |error| 7.4 %, max 14.6 %; the profiled setup +2.2 %, its rounds -9.9 to 
 between jobs a minute apart, and 17 % within one (round 4's unprofiled job, 262 -> 308 ms from its first half to its
 second), so most cells' rounds spread 18-36 points (bandwidth's 7). With that level taken out (the change error), bandwidth +0.1,
 reshard +2.0, units +3.3, bf16 -3.8, FSDP -> DDP +0.6 %; 2 -> 4 workers -16.2 %, HSDP 2x2 -7.5 %, DDP -> FSDP -11.5 %.
-The hooks' cost on this job's FSDP profiles (3-6 % a step) stayed within the noise in every round: never removed.
+The hooks' cost on this job's FSDP profiles (3-6 % a step in three rounds) stayed within the noise: never removed.
 """
 from __future__ import annotations
 
