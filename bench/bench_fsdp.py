@@ -1008,6 +1008,8 @@ def main() -> None:
                     "the other link's cells on them too (whatif --link-from --link-to); the profiled link's with --fsdp")
     ap.add_argument("--fsdp-costs", metavar="FILE", help="part 2: FSDP2's costs from this dagprof calibrate --fsdp file (2 ranks, this "
                     "machine) in place of each round's: the 4-rank cells' optimizer step by its measured DTensor step")
+    ap.add_argument("--memory", action="store_true", help="part 12 with --offline: each cell's peak memory per rank too, its job run "
+                    "once on loopback (fsdp_train.py --memory)")
     args = ap.parse_args()
     if args.models and not set(args.models.split(",")) <= set(DP_MODELS):
         ap.error(f"--models: expected some of {', '.join(DP_MODELS)}, got {args.models!r}")
@@ -1016,9 +1018,12 @@ def main() -> None:
         return
     calibrated = dict(calibrated_link(spec, ap) for spec in args.calibrated)
     if args.part == 12:
-        from fsdp_whatif_table import offline12, part12
+        from fsdp_whatif_table import memory12, offline12, part12
 
         e = offline12(args.offline) if args.offline else part12(args.rounds, args.steps, args.keep, args.links.split(","))
+        if args.memory and args.offline:
+            m = memory12(args.offline)
+            print(f"memory: max |error| {max(map(abs, m)):.2f} % (goal <= 10 %)")
         if not e:
             sys.exit(1)
         return

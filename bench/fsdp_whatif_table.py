@@ -20,6 +20,8 @@ gloo runs one all-gather at a time on CPU).
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 12 [--rounds 2] --steps 24 --keep DIR  # rounds add to DIR's
     .venv/bin/python bench/bench_fsdp.py --part 12 --offline DIR  # the table again from the kept rounds (this code)
+    .venv/bin/python bench/bench_fsdp.py --part 12 --offline DIR --memory  # and each cell's peak memory per rank, predicted
+        # from the first kept round's profile, against its job run once on loopback with fsdp_train.py --memory
 
 Measured 2026-12-06 (4 rounds in two exclusive holds, --steps 24, load 1.8-2.5 in them; docs/evidence.md, branch fsdpbench):
 median |error| 7.4 %, max 14.6 %; the profiled setup +2.2 %, its rounds -9.9 to +13.1 %: a job's level moved up to 12 %
@@ -27,6 +29,7 @@ between jobs a minute apart, and 17 % within one (round 4's unprofiled job, 262 
 second), so most cells' rounds spread 18-36 points (bandwidth's 7). With that level taken out (the change error), bandwidth +0.1,
 reshard +2.0, units +3.3, bf16 -3.8, FSDP -> DDP +0.6 %; 2 -> 4 workers -16.2 %, HSDP 2x2 -7.5 %, DDP -> FSDP -11.5 %.
 The hooks' cost on this job's FSDP profiles (3-6 % a step in three rounds) stayed within the noise: never removed.
+Peak memory per rank (``--memory``): every cell within 2.1 %.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ import time
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fsdp import HERE, RATES, WARMUP, job  # noqa: E402
+from bench_fsdp import HERE, RATES, WARMUP, job, measured_peak  # noqa: E402
 
 FRESH = ["--model", "tiedlm", "--blocks", "6", "--width", "128", "--vocab", "2048", "--seq", "64", "--reshard", "default"]
 PROFILES = {"fsdp": [], "ddp": ["--ddp"]}  # each round's two profiles, 2 ranks at 1 Gbit/s
@@ -172,4 +175,28 @@ def offline12(keep: str, cores: int | None = None) -> list[float]:
     a = sorted(map(abs, errors[1:]))  # the what-ifs, not the profiled setup itself
     print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each); "
           f"the profiled setup {errors[0]:+.2f} %")
+    return errors
+
+
+def memory12(keep: str, steps: int = 8) -> list[float]:
+    """Each cell's peak memory per rank: ``whatif``'s ``peak_memory_mb`` from the first kept round's profile against the
+    cell's job run once on loopback with ``fsdp_train.py --memory`` (``bench_fsdp.measured_peak``: memory does not depend on
+    the link or the load, one run each); the errors, %."""
+    cores = os.cpu_count() or 1
+    first = os.path.join(keep, "round0")
+    print(f"\nPart 12 memory: peak per rank, predicted from {first}'s profiles, measured on loopback (fsdp_train.py --memory)")
+    print(f"{'what-if':27s} {'ranks':>5s} {'predicted MiB':>14s} {'measured MiB':>13s} {'error':>8s}")
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="dagprof-fsdp12-mem-") as tmp:
+        done: dict[tuple, float] = {}
+        for c in cells(cores):
+            key = (c.flags, c.ranks)
+            if key not in done:
+                done[key] = measured_peak(c.ranks, FRESH + list(c.flags), steps, os.path.join(tmp, job_key(c.flags, c.ranks, "lo"))) / 2**20
+            pred = whatif(os.path.join(first, c.profile), c.args).get("peak_memory_mb")
+            if pred is None:
+                print(f"{c.label:27s} {c.ranks:5d} {'-':>14s} {done[key]:13.2f}")
+                continue
+            errors.append(100 * (pred - done[key]) / done[key])
+            print(f"{c.label:27s} {c.ranks:5d} {pred:14.2f} {done[key]:13.2f} {errors[-1]:+7.2f} %", flush=True)
     return errors
