@@ -60,6 +60,14 @@ Goal: within 10 %.
     .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR --fsdp-costs FILE  # FILE: dagprof calibrate --fsdp, 2 ranks
     .venv/bin/python bench/bench_fsdp.py --part 3
 
+Part 12 (root: the namespace testbed; ``--links loopback`` for anyone): every what-if of issue 16's item 3 that ``dagprof
+whatif`` answers for FSDP2 (bandwidth, 2 -> 4 workers, HSDP 2x2, reshard_after_forward, unit granularity, reduce dtype,
+FSDP <-> DDP), each from one profile through the CLI, against its job measured unprofiled in the same interleaved round, on
+a model the other parts were not tuned on (``fsdp_whatif_table.py``: the table, the interval, inside or not).
+
+    sudo .venv/bin/python bench/bench_fsdp.py --part 12 [--rounds 2] --keep DIR  # more rounds into DIR
+    .venv/bin/python bench/bench_fsdp.py --part 12 --offline DIR
+
 Part 4 (any user): ``whatif --reshard-after-forward`` on loopback, both ways, in interleaved rounds: each round
 profiles the MLP model with reshard_after_forward on and with it off (hooks only, the order alternating), and
 predicts each from the other (off from on: the backward all-gathers gone; on from off: each kept unit's
@@ -214,14 +222,15 @@ WARMUP = 3
 
 
 def job(ranks: int, model: list[str], steps: int, log_dir: str, cluster=None, profile: str | None = None, kineto: bool = True,
-        stat=statistics.median) -> float:
-    """Run the training on ``ranks`` ranks; ``stat`` (the median) of rank 0's step times after warm-up, ms."""
+        stat=statistics.median, window: str | None = None) -> float:
+    """Run the training on ``ranks`` ranks; ``stat`` (the median) of rank 0's step times after warm-up, ms. ``window``: the
+    profiled steps A:B (default every step after warm-up but the last)."""
     from dagprof.collect.jobs.netns import run_ranks
 
     times = os.path.join(log_dir, "times.json")
     argv = [sys.executable, TRAIN, *model, "--steps", str(steps), "--times", times]
     if profile:
-        argv += ["--dagprof", profile, "--profile-steps", f"{WARMUP + 1}:{steps - 1}"] + ([] if kineto else ["--no-kineto"])
+        argv += ["--dagprof", profile, "--profile-steps", window or f"{WARMUP + 1}:{steps - 1}"] + ([] if kineto else ["--no-kineto"])
     run_ranks(argv, ranks, log_dir, env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
     with open(times) as f:
         return stat(json.load(f)[WARMUP:]) * 1e3
@@ -980,8 +989,8 @@ def calibrated_link(spec: str, ap: argparse.ArgumentParser) -> tuple[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=tuple(range(12)), default=0, help="0: all")
-    ap.add_argument("--links", default="loopback,200Mbit", help="parts 6 and 7: the links, loopback and/or a rate for the testbed")
+    ap.add_argument("--part", type=int, choices=tuple(range(13)), default=0, help="0: all but 12")
+    ap.add_argument("--links", default="loopback,200Mbit", help="parts 6, 7 and 12: the links, loopback and/or a rate for the testbed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
@@ -999,6 +1008,8 @@ def main() -> None:
                     "the other link's cells on them too (whatif --link-from --link-to); the profiled link's with --fsdp")
     ap.add_argument("--fsdp-costs", metavar="FILE", help="part 2: FSDP2's costs from this dagprof calibrate --fsdp file (2 ranks, this "
                     "machine) in place of each round's: the 4-rank cells' optimizer step by its measured DTensor step")
+    ap.add_argument("--memory", action="store_true", help="part 12 with --offline: each cell's peak memory per rank too, its job run "
+                    "once on loopback (fsdp_train.py --memory)")
     args = ap.parse_args()
     if args.models and not set(args.models.split(",")) <= set(DP_MODELS):
         ap.error(f"--models: expected some of {', '.join(DP_MODELS)}, got {args.models!r}")
@@ -1006,6 +1017,16 @@ def main() -> None:
         categories7(args.offline)
         return
     calibrated = dict(calibrated_link(spec, ap) for spec in args.calibrated)
+    if args.part == 12:
+        from fsdp_whatif_table import memory12, offline12, part12
+
+        e = offline12(args.offline) if args.offline else part12(args.rounds, args.steps, args.keep, args.links.split(","))
+        if args.memory and args.offline:
+            m = memory12(args.offline)
+            print(f"memory: max |error| {max(map(abs, m)):.2f} % (goal <= 10 %)")
+        if not e:
+            sys.exit(1)
+        return
     if args.offline and args.part == 2:
         e = offline2(args.offline, calibrated, args.fsdp_costs)
         a = sorted(map(abs, e))

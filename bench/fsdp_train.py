@@ -1,7 +1,8 @@
 """An FSDP2 (``fully_shard``) training script as a user writes one: gloo, CPU, started by torchrun.
 
-Two models: ``mlp`` (an embedding, then a stack of MLP blocks) and ``transformer`` (a stack of
-pre-norm self-attention + MLP blocks). Each block and the root are ``fully_shard``-ed (one FSDP unit
+Three models: ``mlp`` (an embedding, then a stack of MLP blocks), ``transformer`` (a stack of
+pre-norm self-attention + MLP blocks) and ``tiedlm`` (a GPT-style LM of ``nn.TransformerEncoderLayer`` blocks, its head
+tied to the embedding: held out from the benches' tuning). Each block and the root are ``fully_shard``-ed (one FSDP unit
 each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh). ``--ddp`` wraps the same
 model in ``DistributedDataParallel`` instead (``--bucket-mb``: its ``bucket_cap_mb``), for the DDP <-> FSDP what-ifs.
 ``--reshard`` is what every ``fully_shard`` call gets as ``reshard_after_forward``: ``all`` (True, the root too: torch 2.13
@@ -74,12 +75,41 @@ class Net(nn.Module):
         return self.head(x)
 
 
+class TiedLM(nn.Module):
+    """``--model tiedlm``: a small GPT-style LM written as a user would, for holding the what-ifs out (the benches were
+    tuned on ``mlp`` and ``transformer``): token and learned position embeddings, ``nn.TransformerEncoderLayer`` blocks
+    (pre-norm, GELU, causal), a final LayerNorm, and the output head tied to the token embedding (one parameter, in the
+    root unit, used at both ends of the step)."""
+
+    def __init__(self, blocks: int, width: int, vocab: int, seq: int, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.pos = nn.Parameter(torch.zeros(seq, width))
+        self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, activation="gelu",
+                                                               batch_first=True, norm_first=True) for _ in range(blocks))
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        x = self.embed(tokens) + self.pos[:t]
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        for b in self.blocks:
+            x = b(x, src_mask=mask, is_causal=True)
+        return F.linear(self.norm(x), self.embed.weight)
+
+
+def make_model(args: argparse.Namespace) -> nn.Module:
+    if args.model == "tiedlm":
+        return TiedLM(args.blocks, args.width, args.vocab, args.seq)
+    return Net(args.model, args.blocks, args.width, args.vocab)
+
+
 RESHARD = {"all": True, "none": False, "default": None}  # --reshard: fully_shard's reshard_after_forward
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("mlp", "transformer"), default="mlp")
+    p.add_argument("--model", choices=("mlp", "transformer", "tiedlm"), default="mlp")
     p.add_argument("--blocks", type=int, default=4)
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--vocab", type=int, default=2048)
@@ -111,12 +141,12 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
     world = dist.get_world_size()
     if args.ddp:
         torch.manual_seed(0)
-        model = nn.parallel.DistributedDataParallel(Net(args.model, args.blocks, args.width, args.vocab), bucket_cap_mb=args.bucket_mb)
+        model = nn.parallel.DistributedDataParallel(make_model(args), bucket_cap_mb=args.bucket_mb)
         return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
     mesh = (init_device_mesh("cpu", (args.hsdp, world // args.hsdp), mesh_dim_names=("replicate", "shard")) if args.hsdp > 1
             else init_device_mesh("cpu", (world,)))
     torch.manual_seed(0)
-    model = Net(args.model, args.blocks, args.width, args.vocab)
+    model = make_model(args)
     kw = dict(mesh=mesh, reshard_after_forward=RESHARD[args.reshard])
     if args.bf16 or args.reduce_dtype:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else None, reduce_dtype=getattr(torch, args.reduce_dtype or "float32"))

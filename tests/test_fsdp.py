@@ -162,3 +162,27 @@ def test_zero_code_profile_of_an_fsdp_job(tmp_path):
     assert check_fsdp_edges(build_graph(run))["forward_waits_all_gather"] == 2 * 3 * 2
     ev = run.ranks[0].events
     assert (ev.kind == Kind.UPDATE).sum() == 2
+
+
+def test_a_tied_embedding_lm_profiles_and_every_fsdp_whatif_answers(tmp_path, capsys):
+    """``fsdp_train.py --model tiedlm`` (``bench_fsdp.py --part 12``'s held-out job: ``nn.TransformerEncoderLayer`` blocks, the
+    head tied to the embedding), profiled with the zero-code command at fully_shard's default: the tied weight is one
+    parameter of the root unit, counted once, and every what-if part 12 measures answers with its point inside its
+    interval (its accuracy is the bench's, on quiet rounds)."""
+    pytest.importorskip("torch")
+    import json
+
+    script = DATA.parent.parent / "bench" / "fsdp_train.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), "--model", "tiedlm",
+           "--blocks", "2", "--width", "32", "--vocab", "128", "--batch", "4", "--seq", "16", "--steps", "8", "--reshard", "default"]
+    assert main(["profile", "-o", str(tmp_path), "--steps", "2:5", "--no-kineto", "--"] + cmd) == 0
+    units = {u.name: u for u in read_run(tmp_path).ranks[0].meta.fsdp.units}
+    assert sorted(units) == UNITS
+    assert units["<root>"].numel == 128 * 32 + 16 * 32 + 2 * 32  # embedding (= head), positions, final norm
+    assert not units["<root>"].reshard_after_forward and units["blocks.0"].reshard_after_forward
+    capsys.readouterr()  # the profile's own lines
+    for args in (["--bandwidth", "200Mbit"], ["--workers", "4", "--cores", "2"], ["--mesh", "2x2", "--cores", "2"],
+                 ["--reshard-after-forward", "off"], ["--units", "merge:2"], ["--reduce-dtype", "bfloat16"], ["--data-parallel", "ddp"]):
+        assert main(["whatif", str(tmp_path), *args, "--json", "--no-trace", "--allow-model-error"]) == 0, args
+        row = json.loads(capsys.readouterr().out)["scenarios"][0]
+        assert 0 < row["lo_ms"] <= row["predicted_median_ms"] <= row["hi_ms"], args
