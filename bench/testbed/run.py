@@ -42,7 +42,8 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   the backward, bound the step, and the model slows compute beside them but not them beside
   compute. A 4-rank sweep taken at load 3-5 priced those cells 38-51 % slow: measure it quiet,
   or in the same round as the cells.
-- the unshaped link's intervals (``shared_cores``, ``analysis.interval``): its all-reduces are the ranks' own CPU work,
+- the unshaped link's intervals (``shared_cores``, ``analysis.interval``; ``search.shared_cores``, as ``dagprof whatif``
+  puts it on a one-host profile's rows that keep its link): its all-reduces are the ranks' own CPU work,
   swept alone, and share the cores with the backward beside them (an all-reduce beside this job's backward measured
   1.19-1.28 per unit of overlap, the cores' bound 1); charged in the point, fresh quiet rounds came out 7-28 % slow, so
   the interval reaches up to the step with both slowed as far as the cores allow (or the cell's calibrate file measured),
