@@ -42,7 +42,8 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   the backward, bound the step, and the model slows compute beside them but not them beside
   compute. A 4-rank sweep taken at load 3-5 priced those cells 38-51 % slow: measure it quiet,
   or in the same round as the cells.
-- the unshaped link's intervals (``shared_cores``, ``analysis.interval``): its all-reduces are the ranks' own CPU work,
+- the unshaped link's intervals (``shared_cores``, ``analysis.interval``; ``search.shared_cores``, as ``dagprof whatif``
+  puts it on a one-host profile's rows that keep its link): its all-reduces are the ranks' own CPU work,
   swept alone, and share the cores with the backward beside them (an all-reduce beside this job's backward measured
   1.19-1.28 per unit of overlap, the cores' bound 1); charged in the point, fresh quiet rounds came out 7-28 % slow, so
   the interval reaches up to the step with both slowed as far as the cores allow (or the cell's calibrate file measured),
@@ -192,7 +193,6 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         measured_step_us,
         predict_interval,
         run_level,
-        typical_iteration_us,
     )
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
@@ -204,8 +204,9 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search.measured import overlap_of, slowdown_of
-    from dagprof.search.scenario import Cluster, disturb, shared_cores_bound_us, undisturb
+    from dagprof.search.measured import slowdown_of
+    from dagprof.search.scenario import Cluster, disturb, undisturb
+    from dagprof.search.shared_cores import comm_slowdown_beside, unslowed_profile, with_shared_cores
     from dagprof.units import MB
 
     prof = open_run(run_dir)
@@ -218,12 +219,6 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
 
     beside = {key: measured(path) for key, path in calibrated.items()}
     beside0 = beside[profiled[:2]] if profiled[:2] in beside else measured(None)
-    cores_bound = core_bound_slowdown(prof.graph)  # 2 ranks on 2 cores: 1, each of a rank's two busy threads at half speed
-
-    def comm_beside(path: str | None) -> float:
-        """The all-reduce's slowdown beside compute that ``path`` (calibrate --overlap) measured, else the cores' bound."""
-        m = overlap_of(None, path) if path else None
-        return m.comm_slowdown if m is not None and m.comm_slowdown > 0 else cores_bound
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
@@ -273,12 +268,12 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         out[(ranks, rate, cap)] = point / 1e3
         iv = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
         if RATES[rate] is None:  # loopback: the all-reduces are the ranks' own CPU work, priced by a sweep timed alone, beside
-            # nothing: up to the cores' bound slower beside the cell's compute, and that compute beside them (``shared_cores_bound_us``)
-            iv = iv.above(shared_cores_bound_us(g, res, comm_beside(calibrated.get((ranks, rate)) or calibrated.get((prof_ranks, rate))),
-                                                0.0 if at.slowdown else cores_bound), "shared_cores")
-            if not beside0.slowdown:  # and the profile's compute, slowed beside its own buckets by as much, run beside nothing
-                fast = cell(undisturb(stepwise, set_topology(stepwise, base_topo), Cluster(slowdown=cores_bound)))
-                iv = iv.below(typical_iteration_us(g, res) - typical_iteration_us(fast, replay(fast)), "shared_cores")
+            # nothing (``search.shared_cores``, as whatif applies it): up to the cores' bound slower beside the cell's compute
+            # (or the cell's calibrate file's comm_slowdown), and that compute beside them where the point priced none; and,
+            # where the profiled link's slowdown was not measured, the profile's compute run beside nothing
+            comm = comm_slowdown_beside(prof.graph, calibrated.get((ranks, rate)) or calibrated.get((prof_ranks, rate)))
+            unslowed = None if beside0.slowdown else cell(unslowed_profile(stepwise, set_topology(stepwise, base_topo), prof.graph))
+            iv = with_shared_cores(iv, g, res, comm, 0.0 if at.slowdown else core_bound_slowdown(prof.graph), unslowed)
         intervals[(ranks, rate, cap)] = iv
     return out, intervals, as_built_ms if raw else said
 

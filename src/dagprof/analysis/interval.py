@@ -28,12 +28,14 @@ Spread between the point (the replayed steps' median) and a run's median (indepe
 - ``overlap`` (high end only, added: a bound, not a spread): FSDP -> DDP without a measured slowdown beside
   collectives (``search.whatif``): the step with DDP's all-reduces slowing the compute beside them as much as the
   host's cores allow (``passes.overlap.core_bound_slowdown``), which the point leaves out.
-- ``shared_cores`` (both ends, added: bounds): collectives priced by a sweep timed alone whose transfer is the ranks' own
-  CPU work (the namespace testbed's unshaped loopback, ``bench/testbed/run.py``): above, each collective slowed beside the
-  compute and that compute beside it, as far as ``calibrate --overlap``'s ``comm_slowdown`` measured or the cores allow
-  (``search.scenario.shared_cores_bound_us``); below, where no slowdown beside the profiled link was measured, the
-  profile's compute without the slowdown its own collectives may have put on it. Its scatter between repeats (0-3 per
-  unit of overlap) kept it out of the point, which on fresh rounds it overshot.
+- ``shared_cores`` (both ends, added: bounds): collectives priced by a link timed alone whose transfer is the ranks' own
+  CPU work (``search.shared_cores``): above, each collective slowed beside the compute and that compute beside it, as far
+  as ``calibrate --overlap``'s ``comm_slowdown`` (``--link-model``) measured or the cores allow
+  (``shared_cores_bound_us``); below, where no slowdown beside the profiled link was measured, the profile's compute
+  without the slowdown its own collectives may have put on it. Its scatter between repeats (0-3 per unit of overlap)
+  kept it out of the point, which on fresh rounds it overshot. ``whatif`` puts it where the profile records every rank
+  on one host and the row keeps that host's link (``on_shared_cores``: no ``--bandwidth``, ``--latency``, ``--link-to``,
+  ``--topology``, ``--profiled-bandwidth`` or ``--half-duplex``), ``bench/testbed/run.py`` on its unshaped cells.
 
 The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
 and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..analysis.interval import typical_iteration_us
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
@@ -30,7 +29,7 @@ from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
 from ..passes.horovod import set_horovod
 from ..passes.link_fit import priced_world_size
-from ..passes.overlap import comm_demand, comm_overlap, disturbed, slowed_comm, slowed_nodes, undisturbed
+from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..replay import ReplayResult, replay
 from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
 from .memory import OPTIMIZER_STATE
@@ -386,22 +385,6 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
         return g, res
     g = g.replace(dur=disturbed(g, g.dur, res, c.slowdown, _demand(g, res, c)))
     return g, replay(g)
-
-
-def shared_cores_bound_us(g: Graph, res: ReplayResult, comm_slowdown: float, compute_slowdown: float) -> float:
-    """How much longer the median step of ``g`` (replayed as ``res``) takes where its collectives are priced alone (a
-    sweep timed with nothing beside it) though their transfer is the ranks' own CPU work (a host's loopback), so they
-    and the compute beside them share the cores: each collective (1 + ``comm_slowdown`` * f) as long, f the share of
-    its span some rank computed (``passes.overlap.slowed_comm``), and the compute beside them (1 + ``compute_slowdown``
-    * f') where the point priced none (0: priced). A bound for the interval's high end, not a point: on the namespace
-    testbed's unshaped link the slowdown scattered 0-3 between repeats of one measurement, and charged in the point the
-    fresh quiet rounds came out 7-28 % slow where the kept round it was found on came out 5-16 % (evidence, ``interval20``)."""
-    dur = slowed_comm(g, res, comm_slowdown)
-    if compute_slowdown > 0:
-        nodes = slowed_nodes(g)
-        dur[nodes] *= 1.0 + compute_slowdown * comm_overlap(g, res, nodes)
-    slowed = g.replace(dur=dur)
-    return max(0.0, typical_iteration_us(slowed, replay(slowed)) - typical_iteration_us(g, res))
 
 
 def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
 from ..analysis.foreign_cpu import foreign_cpu_note
-from ..analysis.interval import LEVEL, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
+from ..analysis.interval import LEVEL, PredictionInterval, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Scheme, Topology
 from ..errors import DagprofError
@@ -50,6 +50,7 @@ from .scenario import (
     Cluster,
     Scenario,
     apply,
+    base_topology,
     disturb,
     fixed_workers,
     measured_comm,
@@ -57,6 +58,7 @@ from .scenario import (
     profiled_at,
     undisturb,
 )
+from .shared_cores import TERM, comm_slowdown_beside, on_shared_cores, shared_cores_note, unslowed_profile, with_shared_cores
 from .whatif_row import WhatifRow
 from .wire_notes import profiled_wire_notes, waiting_notes
 
@@ -211,7 +213,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         interval = predict_interval(gs, rs, typical_iteration_us(gs, rs), residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0,
                                     stall_held_us=held, wake_up=_wake_up_spread(g0, g, s, cluster))
         unpriced = _overlap_bound_us(g0, s, cluster, gs, rs)
-        interval = interval.above(unpriced, "overlap")
+        interval = _shared_cores(interval.above(unpriced, "overlap"), g0, s, cluster, base_topo, stepwise, gs, rs)
         bounds += [unpriced] * (unpriced > 0)
         seconds = time.perf_counter() - t1
         stall = stall_outweighs(g0, it - model) if relinks else None
@@ -236,7 +238,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster) + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
-                     + _shared_cores_notes(g0, cluster) + _foreign_cpu_notes(g0) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
+                     + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0) + _overlap_notes(cluster)
+                     + _own_cores_notes(g0, predicted, cluster)
                      + _server_cores_notes(g0, scenarios)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
@@ -261,6 +264,25 @@ def _overlap_bound_us(g0: Graph, s: Scenario, c: Cluster, g: Graph, res: ReplayR
         return 0.0
     slowed, slowed_res = disturb(g, replace(c, slowdown=core_bound_slowdown(g0), comm_rate=None))
     return max(0.0, typical_iteration_us(slowed, slowed_res) - typical_iteration_us(g, res))
+
+
+def _shared_cores(interval: PredictionInterval, g0: Graph, s: Scenario, c: Cluster, base_topo: Topology | None, stepwise: Graph,
+                  g: Graph, res: ReplayResult) -> PredictionInterval:
+    """``interval`` with the ``shared_cores`` bounds (``search.shared_cores``, as ``bench/testbed/run.py`` puts them on its
+    unshaped cells) where the row prices collectives that are the ranks' own CPU work, timed alone (``on_shared_cores``);
+    ``g`` the row replayed step by step (``res``), ``stepwise`` the profile's steps it was built from."""
+    if base_topo is None or not on_shared_cores(g0, s, c):
+        return interval
+    ran = base_topo if c.link_model is None else base_topology(g0, Cluster())  # the profile's compute beside its collectives as they ran
+    unslowed = None if c.slowdown else apply(unslowed_profile(stepwise, on_link(stepwise, ran), g0), s, c, base_topo)
+    return with_shared_cores(interval, g, res, comm_slowdown_beside(g0, c.link_model), 0.0 if c.slowdown else core_bound_slowdown(g0),
+                             unslowed)
+
+
+def _loopback_notes(g0: Graph, rows: list[WhatifRow], c: Cluster) -> list[str]:
+    """Said where ``_shared_cores`` widened some rows' intervals."""
+    n = sum(TERM in row.interval.terms for row in rows)
+    return [shared_cores_note(g0, n, len(rows), c)] if n else []
 
 
 def _overlap_bound_notes(g0: Graph, bounds: list[float]) -> list[str]:

@@ -1,0 +1,101 @@
+"""The ``shared_cores`` interval term in the product (``search.shared_cores``): ``dagprof whatif`` puts it where the
+profile records every rank on one host and the row keeps that host's own link, as ``bench/testbed/run.py`` puts it on its
+unshaped cells, with the same bounds. On vendored recordings: tests/data/ddp-fresh/accum (2 gloo ranks on one 2-core
+host over loopback) and a kept testbed round (tests/data/ddp-testbed-corrected: profiled at 1 Gbit/s, its unshaped
+link swept alone)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.pipeline import open_run
+from dagprof.search.scenario import Cluster, Scenario
+from dagprof.search.shared_cores import TERM, on_shared_cores
+from dagprof.search.whatif import evaluate
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
+
+LOOPBACK = DATA / "ddp-fresh" / "accum"
+ROUND = DATA / "ddp-testbed-corrected" / "0" / "r2"
+
+
+def _unhosted(g):
+    """``g`` as a profile that recorded no hosts: whether its transfers are CPU work is then not known."""
+    return g.replace(meta=g.meta.replace(host_cpus={}))
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    return open_run(str(LOOPBACK))
+
+
+def test_rows_on_the_hosts_own_link_carry_the_bounds_points_unchanged(loopback):
+    g = loopback.graph
+    rows = [Scenario(bucket_mb=5.0), Scenario(workers=4), Scenario(bandwidth="1Gbit")]
+    on = evaluate(g, rows, Cluster(), loopback.analysis.measured_us, tolerance_pct=None)
+    off = evaluate(_unhosted(g), rows, Cluster(), loopback.analysis.measured_us, tolerance_pct=None)
+    assert [TERM in r.interval.terms for r in on["scenarios"]] == [True, True, False]  # a wire's rate asked: not the cores' work
+    assert all(TERM not in r.interval.terms for r in off["scenarios"])
+    for a, b in zip(on["scenarios"], off["scenarios"]):
+        assert a.predicted_iter_ms == b.predicted_iter_ms and a.interval.point_us == b.interval.point_us
+        assert a.interval.lo_us <= b.interval.lo_us <= a.interval.point_us <= b.interval.hi_us <= a.interval.hi_us
+    assert sum("shared-cores bounds" in n for n in on["notes"]) == 1 and not any("shared-cores bounds" in n for n in off["notes"])
+
+
+def test_a_named_wire_keeps_the_term_out(loopback):
+    g = loopback.graph
+    assert on_shared_cores(g, Scenario(bucket_mb=5.0), Cluster())
+    for s, c in ((Scenario(bucket_mb=5.0), Cluster(profiled_bandwidth="1Gbit")), (Scenario(bucket_mb=5.0), Cluster(half_duplex=True)),
+                 (Scenario(latency_us=50.0), Cluster()), (Scenario(bucket_mb=5.0), Cluster(topology="nvlink/100gbe:2"))):
+        assert not on_shared_cores(g, s, c)
+    assert not on_shared_cores(_unhosted(g), Scenario(bucket_mb=5.0), Cluster())
+
+
+def test_whatif_json_and_text_say_it(capsys):
+    assert main(["whatif", str(LOOPBACK), "--bucket-mb", "5", "--allow-model-error", "--no-trace", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["scenarios"][0]
+    assert TERM in row["interval_basis"]["terms"] and row["lo_ms"] < row["predicted_median_ms"] < row["hi_ms"]
+    assert main(["whatif", str(LOOPBACK), "--bucket-mb", "5", "--allow-model-error", "--no-trace"]) == 0
+    assert "include the shared-cores bounds (shared_cores)" in capsys.readouterr().out
+
+
+def test_whatif_puts_the_bounds_the_testbed_cell_puts():
+    """The kept round's unshaped cells (2 ranks; 1, 5, 25 MiB buckets) and whatif on its profile with the round's own
+    sweep of that link as --link-model: the term moves each end by the same time (the points differ: the bench's is the
+    averaged iteration's, whatif's interval stands around the replayed steps' median)."""
+    import run
+
+    import dagprof.search.shared_cores as sc
+    from dagprof.collect.measure.calibrate import fit
+
+    with open(ROUND / "results.json") as f:
+        sweep = json.load(f)[1]
+    link = fit([tuple(x) for x in sweep], 2)
+    caps = (1.0, 5.0, 25.0)
+    cells = [(2, "unlimited", c) for c in caps]
+    args = (str(ROUND / "run"), (2, "1Gbit", 1.0), sweep, "unlimited", cells, 2)
+    _, bench, _ = run.predict(*args, raw=True)
+    keep, sc.with_shared_cores = sc.with_shared_cores, lambda iv, *a, **k: iv
+    try:
+        _, bare, _ = run.predict(*args, raw=True)
+    finally:
+        sc.with_shared_cores = keep
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "unshaped.json")
+        with open(path, "w") as f:
+            json.dump({"alpha_us": link.alpha_us, "beta_us_per_byte": link.beta_us_per_byte, "gamma_us_per_byte": 0.0,
+                       "backend": "gloo", "workers": 2, "points": sweep, "method": "allreduce", "version": 3}, f)
+        g = open_run(str(ROUND / "run")).graph
+        rows = [Scenario(bucket_mb=c) for c in caps]
+        on = evaluate(g, rows, Cluster(link_model=path), tolerance_pct=None, raw=True)["scenarios"]
+        off = evaluate(_unhosted(g), rows, Cluster(link_model=path), tolerance_pct=None, raw=True)["scenarios"]
+    for c, a, b in zip(cells, on, off):
+        assert a.interval.hi_us - b.interval.hi_us == pytest.approx(bench[c].hi_us - bare[c].hi_us, rel=1e-6)
+        assert b.interval.lo_us - a.interval.lo_us == pytest.approx(bare[c].lo_us - bench[c].lo_us, rel=1e-6)
+        assert bench[c].hi_us > bare[c].hi_us and bench[c].lo_us < bare[c].lo_us
