@@ -13,7 +13,7 @@ from dagprof.analysis import iteration_times, job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
-from dagprof.graph.build_ps import DONE, ISSUE, KEY_IN, rebuild_ps, update_us
+from dagprof.graph.build_ps import DONE, ISSUE, KEY_IN, PULL_ISSUE, _front_plan, rebuild_ps, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.average_steps import average_steps
@@ -704,6 +704,45 @@ def test_an_op_the_engine_ran_early_beside_a_row_pull_keeps_its_gap_in_its_step(
     replayed = iteration_times(averaged, replay(averaged))
     measured = g.meta.measured_iter_us
     assert all(abs(replayed[r] - measured[r]) < 0.01 * measured[r] for r in measured), (replayed, measured)
+
+
+def test_a_row_pull_call_follows_the_python_thread_s_own_chain_not_the_engine_op_before_it():
+    """``mx_sparse_mf.py``'s Python thread issues each step's two row_sparse pulls 1-14 ms after the step's mark (numpy
+    batches, dispatch); the engine op that ran last before the call was a ``WaitForVar`` in some steps, the weights'
+    copies or the previous step's print in others, and the averaged replay, tying the thread's time to those ops' gaps,
+    was +3.5 % on each worker where the per-step replay is within 0.1 %. On the thread's own chain (the step's mark, its
+    calls, each pull call) each worker is within 1 %; a ``WaitForVar`` run inside the call that filled its array waits
+    for that call (``graph.build_ps._front_plan``)."""
+    g = open_run(str(FIXTURE / "user_sparse_mf_lead")).graph
+    names = np.asarray(g.names)[g.name].astype(str)
+    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+    python = (g.device < 0) & np.isin(np.char.rpartition(names, ".")[:, 2], mxnet.FRONT_CALLS)  # the thread's calls
+    assert python.sum() >= 2 * 5 * 3  # each worker's step: at least its 3 arrays filled from numpy before the pulls
+    issues = np.flatnonzero(names == PULL_ISSUE)
+    assert len(issues) == 2 * 2 * 5  # 2 tables, 2 workers, 5 steps
+    for v in issues:
+        (u,) = src[g.succ == v]  # one predecessor: the thread's call before it, or the step's mark
+        assert python[u] or g.kind[u] == Kind.STEP or names[u] == PULL_ISSUE, names[u]
+        assert g.rank[u] == g.rank[v]
+    waits = np.flatnonzero(np.char.endswith(names, ".WaitForVar"))
+    fed = [u for v in waits for u in src[g.succ == v] if python[u]]
+    assert fed and all(names[u].endswith("MXNDArraySyncCopyFromCPU") for u in fed)
+    averaged = average_steps(g, replay)
+    replayed = iteration_times(averaged, replay(averaged))
+    measured = g.meta.measured_iter_us
+    assert all(abs(replayed[r] - measured[r]) < 0.01 * measured[r] for r in measured), (replayed, measured)
+
+
+def test_the_python_chain_ends_at_the_step_s_last_row_pull_call():
+    """The thread's chain in a step: its calls and pull calls in order, up to the last pull call; an array's
+    ``WaitForVar`` waits for the call it ran in, one that ran in none (a sync call not kept) or after the chain for none;
+    a step without a row pull has no chain."""
+    calls = [(0.0, 10.0, "MXNDArraySyncCopyFromCPU"), (20.0, 21.0, "MXImperativeInvokeEx"), (40.0, 45.0, "MXNDArraySyncCopyFromCPU")]
+    engine = [(5.0, "rank0.WaitForVar"), (15.0, "rank0.WaitForVar"), (25.0, "rank0.Embedding"), (42.0, "rank0.WaitForVar")]
+    plan, waits = _front_plan(calls, [30.0], engine)
+    assert plan == [(False, 0), (False, 1), (True, 0)]
+    assert waits == [(0, 0)]
+    assert _front_plan(calls, [], engine) == ([], [])
 
 
 def _two_updates(tmp_path, second_push_us: float, updates: dict):

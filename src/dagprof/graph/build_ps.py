@@ -18,7 +18,11 @@ for every part of every key, keys placed on servers as ps-lite does (``traces.mx
 A row_sparse key (a ``SparseEmbedding``) pushes only its gradient's rows and is answered by an acknowledgement
 (``add_ps_part(pull=False)``); its rows come back in the next forward, per worker and step:
 
-    op before the pull call -> row pull issue -> request, rows (``add_ps_pull``) -> rows in -> the table's forward op
+    the Python thread's call before the pull call -> row pull issue -> request, rows (``add_ps_pull``) -> rows in -> the table's forward op
+
+(the worker's Python thread chains from each step's mark through its calls that hand the engine work, points at their
+starts, up to its last row pull call: the thread's own time is its gaps, not the engine's; an array's ``WaitForVar``
+waits for the call it ran in: ``_front_plan``)
 
 priced at the step's rows (``PsRecord.rows``) x (row width x dtype + an 8-byte key), a big table cut over the servers
 by row-id range as ps-lite cuts it.
@@ -67,11 +71,36 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     mstart: list[float] = []  # measured times on the shared clock (us), for the gaps
     mend: list[float] = []
 
+    labels: list[tuple[str, Kind]] = []  # per node: its name and kind
+
     def node(name: str, kind: Kind, s: float, e: float, **kw) -> int:
         v = b.add_node(name, kind, dur=max(e - s, 0.0), order=s, **kw)
         mstart.append(s)
         mend.append(e)
+        labels.append((name, kind))
         return v
+
+    def front_lane(t: RankTrace, step: int, mark: int, calls: np.ndarray, pulls: list[_PullIn], engine: list[int]) -> list[tuple[int, int]]:
+        """A worker's Python thread in a step as a chain of its own from the step's mark (``_front_plan``): its calls (points
+        at their starts) and its row_sparse pull calls (``PULL_ISSUE`` nodes, whose time is the thread's since the call
+        before); an array's ``WaitForVar`` after the call it ran in."""
+        ev, base, r = t.events, t.base_ns / 1e3, t.rank
+        spans = sorted((base + float(ev.start[i]), base + float(ev.start[i] + ev.dur[i]), ev.name_of(i)) for i in calls)
+        plan, waits = _front_plan(spans, [p.issued for p in pulls], [(mstart[u], labels[u][0]) for u in engine])
+        out, nodes, prev = [], [], mark
+        for is_pull, i in plan:
+            if is_pull:
+                p = pulls[i]
+                v = node(PULL_ISSUE, Kind.COMM_ENQUEUE, min(mend[prev], p.issued), p.issued, rank=r, step=step, bucket=p.key)
+                got = node(PULLED, Kind.SYNC, p.arrived, p.arrived, rank=r, step=step, bucket=p.key)
+                out.append((got, p.consumer))
+            else:  # the call's start (what it hands the engine may run before it returns), on no device: the thread's time
+                # is its chain's gaps, and it holds no core a ``--cores`` what-if shares (its engine ops do)
+                v = node(f"rank{r}.{spans[i][2]}", Kind.OTHER, spans[i][0], spans[i][0], rank=r, step=step)
+            out.append((prev, v))
+            nodes.append(v)
+            prev = v
+        return out + [(nodes[k], engine[j]) for k, j in waits]
 
     exchanges = []  # (step, worker, ready node, head node, issue offsets, first push, last pull)
     row_pulls_in: list[_PullIn] = []
@@ -85,6 +114,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         spans = spans[np.isin(spans[:, 0].astype(int), chosen)]
         main = next(i for i, lane in enumerate(t.lanes) if lane.main)
         node_of: dict[int, int] = {}  # event -> node
+        marks: dict[int, int] = {}  # step -> its opening mark: the Python thread at the step's start
         main_chain: list[tuple[float, float, int]] = []
         lane_chains: list[list[tuple[float, float, int]]] = []
         for lane_id, lane in enumerate(t.lanes):
@@ -106,6 +136,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 if i < 0:
                     step = max(chosen) + 1 if i == -1 else -2 - i
                     v = node(f"rank{r}.step{step}", Kind.STEP, base + s, base + s, rank=r, device=dev, step=step)
+                    marks[step] = v
                     if step == chosen[0]:
                         first_marks[v] = base + s
                     e = s
@@ -125,10 +156,14 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         row_pulls, pull_calls = (ev.kind == Kind.COMM) & rows, (ev.kind == Kind.COMM_ENQUEUE) & rows
         comm = in_steps & (ev.kind == Kind.COMM) & ~row_pulls
         calls = in_steps & (ev.kind == Kind.COMM_ENQUEUE) & ~pull_calls
+        python = next((i for i, lane in enumerate(t.lanes) if lane.name == "python"), -1)
+        front = in_steps & (ev.lane == python) & (ev.kind == Kind.OTHER)
         for step in chosen:
             at_step = in_steps & (ev.step == step)
-            row_pulls_in += _row_pulls(t, ps.keys, np.flatnonzero(at_step & pull_calls), np.flatnonzero(at_step & row_pulls), step, main_chain,
-                                       node_of, mend)
+            pulls_now = _row_pulls(t, ps.keys, np.flatnonzero(at_step & pull_calls), np.flatnonzero(at_step & row_pulls), step, node_of)
+            row_pulls_in += pulls_now
+            engine_now = sorted((node_of[int(i)] for i in np.flatnonzero(at_step) if int(i) in node_of), key=lambda v: mstart[v])
+            edges += front_lane(t, step, marks[step], np.flatnonzero(at_step & front), pulls_now, engine_now)
             mine = np.flatnonzero(comm & (ev.step == step))
             if not len(mine):
                 raise DagprofError(f"worker {r} step {step} has no push/pull", t.source)
@@ -191,11 +226,6 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             floating.add(h)
     edges += _thread_edges(chains, floating)
     row_pull_us = [RowPull(p.step, p.worker, p.key, p.arrived - p.issued) for p in row_pulls_in]
-    for p in row_pulls_in:
-        # the call comes this long after what it waits for ran (the Python thread's own time: the node's, on no device)
-        v = node(PULL_ISSUE, Kind.COMM_ENQUEUE, min(mend[p.ready], p.issued), p.issued, rank=p.worker, step=p.step, bucket=p.key)
-        got = node(PULLED, Kind.SYNC, p.arrived, p.arrived, rank=p.worker, step=p.step, bucket=p.key)
-        edges += [(p.ready, v), (got, p.consumer)]
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)
@@ -222,12 +252,10 @@ class _PullIn:
     key: int
     issued: float  # its call
     arrived: float  # its rows in
-    ready: int  # the node it waits for: the last one its thread ran before the call
     consumer: int  # the key's first forward op, which waits for the rows
 
 
-def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.ndarray, step: int, main_chain: list, node_of: dict,
-               mend: list) -> list[_PullIn]:
+def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.ndarray, step: int, node_of: dict) -> list[_PullIn]:
     """Each row_sparse key's pull in a step.
 
     Gluon pulls a SparseEmbedding's rows (``row_sparse_pull``) as its forward begins, in model order: the step's i-th pull
@@ -250,13 +278,43 @@ def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.nda
         at = base + float(ev.start[call])
         mine = [int(i) for i in forward if t.layers[int(ev.layer[i])] == k.layer and int(i) in node_of]
         consumer = min(mine, key=lambda i: ev.start[i], default=None)
-        ready = max((v for s, e, v in main_chain if e <= at + 1.0), key=lambda v: mend[v], default=None)
-        if consumer is None or ready is None:
+        if consumer is None:
             raise DagprofError(f"worker {t.rank} step {step}: no forward op of {k.layer} (row_sparse key {k.key}) after its pull", t.source)
         pull = next((i for i in left if end[i] <= ev.start[consumer] + 1.0), min(left, key=end.get))
         left.remove(pull)
-        out.append(_PullIn(step, t.rank, k.key, at, base + end[pull], ready, node_of[consumer]))
+        out.append(_PullIn(step, t.rank, k.key, at, base + end[pull], node_of[consumer]))
     return out
+
+
+def _front_plan(calls: list[tuple[float, float, str]], pulls: list[float], engine: list[tuple[float, str]]
+                ) -> tuple[list[tuple[bool, int]], list[tuple[int, int]]]:
+    """A worker's Python thread in a step: which of its calls (``calls``: start, end, C-API name, in order) and row_sparse
+    pull calls (``pulls``: their starts) go on its chain, in order, as (is a pull, index); and which engine ops (``engine``:
+    start, name) wait for which of them, as (position on the chain, index in ``engine``).
+
+    MXNet's front end hands the engine each operator and goes on; the engine runs it once what it reads is ready. The
+    thread's own time (dispatch, autograd, numpy) up to a row_sparse pull call is the pull's lead, and it is the thread's,
+    not the engine's: tied to the engine op that ran last before the call, it was a ``WaitForVar`` in one step and the
+    weights' copies in another, each averaged with twins that ran elsewhere (``mx_sparse_mf.py``: the averaged replay +3.5
+    and +3.1 % on two fresh runs whose per-step replays were within 0.1 %). On the chain, from the step's mark, each call's
+    time since the one before is a gap of the thread, the same call in every step. An array's ``WaitForVar`` runs inside
+    the call that filled it from numpy (``MXNDArraySyncCopyFromCPU``) and waits for it; the other engine ops keep their
+    thread's measured order (each after its k-th operator call, or the backward pass's after the backward call, was tried:
+    the averaged replay of the dense user fixtures moved up to +2.5 points, the calls' time then averaged beside the
+    engine's instead of where it held the engine up). The chain ends at the step's last pull call: a step without one
+    keeps the engine's order alone (tied to their calls, the ``WaitForVar`` ops of ``mx_gru_forecast.py``, which pulls
+    no rows, moved a worker's averaged replay +0.7 -> +1.2 %)."""
+    items = sorted([(c[0], False, i) for i, c in enumerate(calls)] + [(at, True, j) for j, at in enumerate(pulls)])
+    last = max((k for k, (_, is_pull, _) in enumerate(items) if is_pull), default=-1)
+    items = items[:last + 1]
+    waits = []
+    for j, (start, name) in enumerate(engine):
+        if name.split(".", 1)[-1] != "WaitForVar":
+            continue
+        inside = next((k for k, (at, is_pull, i) in enumerate(items) if not is_pull and at <= start + 1.0 <= calls[i][1] + 2.0), None)
+        if inside is not None:
+            waits.append((inside, j))
+    return [(is_pull, i) for _, is_pull, i in items], waits
 
 
 def _thread_edges(chains: list[list[int]], floating: set[int]) -> list[tuple[int, int]]:

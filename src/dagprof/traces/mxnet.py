@@ -15,7 +15,8 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   few ``kvstore`` lanes (no two overlap on one lane). Nothing names the key, and their order is not
   the key order (several engine threads pick them up; the file lists them by completion), so the
   reader keeps them as one exchange per worker and step; ``MXKVStorePushPull`` C-API calls (one per
-  key, in key order) go on the ``python`` lane;
+  key, in key order) go on the ``python`` lane, and so do the calls that hand the engine work (``FRONT_CALLS``: an
+  operator, the backward pass, an array filled from numpy), the front end's own time between them;
 - a row_sparse key (``gluon.contrib.nn.SparseEmbedding``): ``KVStoreDistRowSparsePush`` after the backward pass (part of
   the step's exchange, its ``MXKVStorePush`` call in key order with the others), and ``KVStoreDistRowSparsePull`` as the
   forward begins (its call ``MXKVStorePullRowSparse``), before that table's ``Embedding`` op; how many rows each carries
@@ -59,6 +60,11 @@ PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVSt
             ROW_SPARSE_PUSH)
 PUSH_CALLS = ("MXKVStorePushPull", "MXKVStorePush")  # the Python thread's push calls, one per key and step, in key order
 PULL_CALL = "MXKVStorePullRowSparse"  # a forward's row_sparse_pull
+# the Python thread's calls that hand the engine work (``graph.build_ps`` chains them on a ``python`` lane: the front end's own
+# time): an operator (an imperative one, or a hybridized block's graph), the backward pass, an array filled from numpy (the
+# engine's ``WaitForVar`` runs inside it); calls that wait for the engine (``MXNDArrayWaitAll``...) are left out, their time is
+# the engine's
+FRONT_CALLS = ("MXImperativeInvokeEx", "MXInvokeCachedOp", "MXInvokeCachedOpEx", "MXAutogradBackwardEx", "MXNDArraySyncCopyFromCPU")
 # a server's updater call: wall, process CPU, thread CPU, thread runnable, before and after (``MxManifest.server_updates``);
 # len(collect.hooks.mxnet_ps.CLOCKS), which the collector keeps itself: it installs where MXNet's numpy is, importing no dagprof
 UPDATE_CLOCKS = 4
@@ -122,7 +128,7 @@ def _load(path: str) -> dict:
     return doc
 
 
-def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PULL_CALL)) -> tuple[list[_Op], list[_Op], dict[int, str]]:
+def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PULL_CALL, *FRONT_CALLS)) -> tuple[list[_Op], list[_Op], dict[int, str]]:
     """Operator spans (B/E pairs, paired first-in first-out per pid, tid and name) and the C-API spans (b/e) named in
     ``calls`` (None: every one)."""
     events = doc.get("traceEvents")
@@ -420,9 +426,14 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
                 layer = cands[q]
         engine.append(rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer))
     calls = dict.fromkeys(step_ids, 0)
-    for a in api:  # the Python thread's push calls, in key order, and its row_sparse pulls
+    within = -np.inf  # the end of the last front-end call kept: one nested in it (``MXInvokeCachedOp`` in its ``Ex``) is its
+    for a in api:  # the Python thread's push calls, in key order, its row_sparse pulls and its front-end calls
         step = step_of(a.start)
-        if step >= 0:
+        if step >= 0 and a.name in FRONT_CALLS:
+            if a.start >= within:
+                rows.add(a.name, Kind.OTHER, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
+                within = a.end
+        elif step >= 0:
             calls[step] += 1
             pull = a.name == PULL_CALL
             rows.add(a.name, Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step,
