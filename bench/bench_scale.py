@@ -6,7 +6,10 @@ Two modes, each measured in fresh processes (time, and peak RSS of the largest p
   ``ProfilerStep#N``, 20 distinct names, shapes recorded) through ``dagprof replay`` (its Perfetto
   traces included when asked, ``--write-traces``), and ``dagprof.load`` alone: its peak, the RSS it
   keeps per event after parsing (allocator slack included) and the bytes per event of the table's
-  numpy columns and flows.
+  numpy columns and flows. Then ``dagprof analyze`` as a whole (time, peak RSS) and, in the same process, its walk of
+  the critical path's gaps in Python (``analysis.overhead.overhead_breakdown``, one Python step per main-thread gap on
+  the path): its wall and CPU time, and the most memory it allocated at once (tracemalloc, numpy's arrays included, in a
+  second call after the timed one, whose time is taken off analyze's; analyze's times are its ``main``'s, imports left out).
 - ``cluster --ranks 64,256,1024``: the real 8-rank DLRM set (``kineto-corpus/param/dlrm_kineto`` under
   ``--data``) replicated to N ranks: rank r is worker r mod 8 with ``distributedInfo`` rewritten, a
   per-rank clock offset (up to +-50 ms) and a per-rank speed jitter (every duration and gap scaled by
@@ -120,6 +123,31 @@ print(json.dumps({"wall": wall, "events": n, "resident_b_per_event": (rss("VmRSS
                   "peak_mib": rss("VmHWM") / 2**20}))
 """
 
+_ANALYZE_CHILD = r"""
+import importlib, json, sys, time, tracemalloc
+cp = importlib.import_module("dagprof.analysis.critical_path")  # the module: the package re-exports its function by that name
+from dagprof.cli.main import main
+inner, calls = cp.overhead_breakdown, []
+def measured(g, nodes, category):
+    t, c = time.perf_counter(), time.process_time()
+    out = inner(g, nodes, category)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
+    tracemalloc.start()
+    inner(g, nodes, category)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    traced[0] += time.perf_counter() - t
+    traced[1] += time.process_time() - c
+    calls.append({"wall": wall, "cpu": cpu, "peak_mib": peak / 2**20, "path": int(len(nodes)), "gaps": int((g.gap[nodes] > 0).sum())})
+    return out
+cp.overhead_breakdown = measured
+traced = [0.0, 0.0]
+t, c = time.perf_counter(), time.process_time()
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "wall": time.perf_counter() - t - traced[0], "cpu": time.process_time() - c - traced[1], "overhead": calls}))
+"""
+
 _HTA_CHILD = r"""
 import json, sys, time, logging, warnings
 warnings.filterwarnings("ignore"); logging.disable(logging.CRITICAL)
@@ -166,7 +194,8 @@ def cli(args: list[str]) -> list[str]:
 
 def big(args: argparse.Namespace, tmp: str) -> None:
     print(f"{'events':>10} {'MB':>7} {'load s':>8} {'load MiB':>9} {'B/event':>8} {'table B/ev':>10} {'replay s':>9} {'CPU s':>7}"
-          f" {'replay MiB':>11}")
+          f" {'replay MiB':>11} {'analyze s':>10} {'CPU s':>7} {'analyze MiB':>12} {'overhead s':>11} {'CPU s':>7} {'overhead MiB':>13}"
+          f" {'path gaps':>10}")
     for n in [int(x) for x in args.events.split(",")]:
         path = os.path.join(tmp, f"big-{n}.json")
         n = write_big(path, n)
@@ -174,8 +203,13 @@ def big(args: argparse.Namespace, tmp: str) -> None:
         load = json.loads(timed([sys.executable, "-c", _LOAD_CHILD, path], _dagprof_env(tmp)).out.strip().splitlines()[-1])
         flags = ["--write-traces"] if args.write_traces else []
         replay = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env(tmp))
+        run = timed([sys.executable, "-c", _ANALYZE_CHILD, "analyze", path, "--json"], _dagprof_env(tmp), cwd=tmp)
+        an = json.loads(run.out.strip().splitlines()[-1])  # each overhead_breakdown call: analyze walks one critical path
+        walk = (sum(c["wall"] for c in an["overhead"]), sum(c["cpu"] for c in an["overhead"]),
+                max((c["peak_mib"] for c in an["overhead"]), default=0.0), sum(c["gaps"] for c in an["overhead"]))
         print(f"{n:>10,} {size:>7.0f} {load['wall']:>8.1f} {load['peak_mib']:>9.0f} {load['resident_b_per_event']:>8.0f} {load['table_b_per_event']:>10.0f}"
-              f" {replay.wall:>9.1f} {replay.cpu:>7.1f} {replay.peak:>11.0f}", flush=True)
+              f" {replay.wall:>9.1f} {replay.cpu:>7.1f} {replay.peak:>11.0f} {an['wall']:>10.1f} {an['cpu']:>7.1f}"
+              f" {run.peak:>12.0f} {walk[0]:>11.2f} {walk[1]:>7.2f} {walk[2]:>13.1f} {walk[3]:>10,}", flush=True)
         os.remove(path)
 
 

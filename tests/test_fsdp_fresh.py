@@ -14,6 +14,7 @@ from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, check_fsdp_edges, fsdp_collectives, issuers
+from dagprof.graph.meta import CoreGroup
 from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.fsdp import set_reshard
 from dagprof.passes.fsdp_units import merge_units
@@ -86,7 +87,7 @@ def test_ranks_past_the_hosts_cores_are_noted_unless_cores_models_them():
     from dagprof.search.scenario import Cluster, Scenario
     from dagprof.search.whatif import evaluate
     g = build_graph(read_run(DATA / "fsdp" / "hsdp-conv"))
-    assert g.meta.host_cpus == {"vm": (4, 2)} and g.meta.parallel.dp_mesh
+    assert g.meta.host_cpus == {"vm": CoreGroup(4, 2)} and g.meta.parallel.dp_mesh
     said = [n for n in evaluate(g, [Scenario(units="merge:all")], tolerance_pct=None)["notes"] if "shared 2 cores" in n]
     assert len(said) == 1 and "--cores 2" in said[0]
     modelled = evaluate(g, [Scenario(units="merge:all")], Cluster(cores=2), tolerance_pct=None)["notes"]

@@ -19,6 +19,7 @@ import dagprof.traces.horovod as H
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
+from dagprof.graph.meta import CoreGroup
 from dagprof.graph.provenance import provenance
 from dagprof.passes.average_steps import average_steps
 from dagprof.passes.horovod import _fuse, crowded_hosts, set_horovod
@@ -188,18 +189,18 @@ def test_whatif_says_when_ranks_crowd_their_cores(tmp_path):
         doc = json.loads((run / f"rank{r}.horovod.json").read_text())
         (run / f"rank{r}.horovod.json").write_text(json.dumps({**doc, "cpus": cpus}))
     g = open_run(run).graph
-    assert g.meta.host_cpus == {"vm": (2, 2)} and crowded_hosts(g) == ["vm"]  # the old recording's rank files lack cpus
+    assert g.meta.host_cpus == {"vm": CoreGroup(2, 2)} and crowded_hosts(g) == ["vm"]  # the old recording's rank files lack cpus
     notes = evaluate(g, [Scenario(bandwidth="200Mbit")], tolerance_pct=None)["notes"]
     assert sum("spins" in n for n in notes) == 1 and "vm: 2 ranks on 2 cores" in notes[-1]
     # more workers on such a host: their collectives' waits grow with the ranks, which the note says with what was measured
     more = evaluate(g, [Scenario(workers=4), Scenario(workers=2)], tolerance_pct=None)["notes"]
     assert sum("; 1 row adding workers" in n for n in more) == 1 and not any("add workers" in n for n in notes)
-    assert crowded_hosts(g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 8)}))) == []
+    assert crowded_hosts(g.replace(meta=g.meta.replace(host_cpus={"vm": CoreGroup(2, 8)}))) == []
     for r in (0, 1):  # a newer recording's dagprof rank files say the cores: theirs are used, the Horovod files' only where they lack them
         doc = json.loads((run / f"rank{r}.json").read_text())
         (run / f"rank{r}.json").write_text(json.dumps({**doc, "cpus": 8}))
     roomy = open_run(run).graph
-    assert roomy.meta.host_cpus == {"vm": (2, 8)} and crowded_hosts(roomy) == []
+    assert roomy.meta.host_cpus == {"vm": CoreGroup(2, 8)} and crowded_hosts(roomy) == []
     for r in (0, 1):
         shutil.copy(os.path.join(fixture("fused"), f"rank{r}.json"), run / f"rank{r}.json")
     for bad in (0, -2, True, "2"):  # 0 says nothing about crowding; a damaged core count is refused naming the file, as everywhere

@@ -15,6 +15,7 @@ from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
 from dagprof.graph.build_ps import DONE, ISSUE, KEY_IN, PULL_ISSUE, _front_plan, rebuild_ps, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
+from dagprof.graph.meta import CoreGroup
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.average_steps import average_steps
 from dagprof.passes.comm import current_topology, exchange_us
@@ -224,11 +225,11 @@ def test_more_workers_than_cores_say_each_keeps_its_own():
     g = open_run(str(USER)).graph  # recorded before the collector said its cores
     assert g.meta.host_cpus == {} and own_cores_note(g, 2) is None
     assert "did not record its workers' cores" in own_cores_note(g, 4)
-    said = g.meta.replace(host_cpus={"vm": (2, 2)}, ps=msgspec.structs.replace(g.meta.ps, cpu_us=[(4, 0, 16e3), (4, 1, 18e3)]))
+    said = g.meta.replace(host_cpus={"vm": CoreGroup(2, 2)}, ps=msgspec.structs.replace(g.meta.ps, cpu_us=[(4, 0, 16e3), (4, 1, 18e3)]))
     note = own_cores_note(g.replace(meta=said), 4)
     step = np.mean(list(g.meta.measured_iter_us.values())) / 1e3
     assert f"17 ms of CPU per {step:.0f} ms step" in note and "--cores 2" in note and "\n" not in note
-    assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": (2, 8)})), 4) is None  # 4 workers keep cores of their own
+    assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": CoreGroup(2, 8)})), 4) is None  # 4 workers keep cores of their own
     out = evaluate(g.replace(meta=said), [Scenario(workers=4)])
     at = f"at the {out['scenarios'][0].predicted_iter_ms:.1f} ms step predicted for 4 workers"  # the servers' busy time less the profiler's cost
     assert [n for n in out["notes"] if n.startswith(note.split(":")[0]) and at in n and "--cores 2" in n]
@@ -239,7 +240,7 @@ def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_the
     21.6 ms a step with cores of their own, would need 145 % of the cores: the answer says the cores bound the step there
     (the testbed's 4 workers at 200 Mbit/s, predicted 34 ms so, ran 55 ms, and 56 ms with --cores 2)."""
     g = open_run(str(TESTBED_ATTN)).graph
-    assert g.meta.host_cpus == {"vm": (2, 2)}
+    assert g.meta.host_cpus == {"vm": CoreGroup(2, 2)}
     out = evaluate(g, [Scenario(workers=4)])
     step = 1e3 * out["scenarios"][0].predicted_iter_ms
     note = next(n for n in out["notes"] if "keeps its own cores" in n)
@@ -484,7 +485,7 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     p = open_run(out)
     assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %
     cores = len(os.sched_getaffinity(0))
-    assert list(p.graph.meta.host_cpus.values()) == [(2, cores)] and len(p.graph.meta.ps.cpu_us) == 2 * 3
+    assert list(p.graph.meta.host_cpus.values()) == [CoreGroup(2, cores)] and len(p.graph.meta.ps.cpu_us) == 2 * 3
     assert set(json.load(open(os.path.join(out, "mxnet-run.json")))["cpu_sets"].values()) == {cpu_list(os.sched_getaffinity(0))}
     assert all(0 < c < 2 * cores * max(p.graph.meta.measured_iter_us.values()) for _, _, c in p.graph.meta.ps.cpu_us)
     process = {(k, w): c for k, w, c in p.graph.meta.ps.cpu_us}  # the Python thread's CPU is part of its process's
@@ -791,7 +792,7 @@ def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_the
     answer says the servers would share them (on the testbed 2 servers ran no faster than 1), once."""
     run = str(shutil.copytree(SPARSE_MF, tmp_path / "r"))
     g = open_run(run).graph
-    assert g.meta.host_cpus and next(iter(g.meta.host_cpus.values())) == (2, 2)
+    assert g.meta.host_cpus and next(iter(g.meta.host_cpus.values())) == CoreGroup(2, 2)
     assert server_cores_note(g, 1) is None
     note = server_cores_note(g, 2)
     assert note.startswith("ps:2: the prediction gives each server a core of its own") and "2 cores" in note

@@ -20,6 +20,7 @@ from dagprof.analysis.operand_stall import (
     thread_share,
 )
 from dagprof.errors import DagprofError
+from dagprof.graph.meta import CoreGroup
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
@@ -48,7 +49,7 @@ def test_recordings_without_their_cores_or_tick_are_taken_as_contended_at_the_as
 def test_a_recording_with_its_host_says_its_cores_and_tick():
     # tf-jax/pmap-host: 2 ranks on this 2-core host (CONFIG_HZ=250), recorded by the collector that writes both
     g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
-    assert g.meta.host_cpus == {"vm": (2, 2)} and g.meta.host_tick_us == {"vm": 4000.0}
+    assert g.meta.host_cpus == {"vm": CoreGroup(2, 2)} and g.meta.host_tick_us == {"vm": 4000.0}
     risk = stall_risk(g)
     assert risk.hosts == ("vm",) and risk.tick_recorded and stall_bound_us(g) == 12 * 4000.0
     assert "(4 ms, the host kernel's) on contended cores (vm: 2 ranks x 2 threads on 2 cores)" in stall_note(g)
@@ -59,7 +60,7 @@ def test_the_stall_takes_the_recorded_tick_and_needs_contended_cores():
     assert stall_bound_us(g.replace(meta=g.meta.replace(host_tick_us={"vm": 1000.0}))) == 12 * 1000.0  # a CONFIG_HZ=1000 kernel
     unsaid = g.replace(meta=g.meta.replace(host_tick_us={}))
     assert stall_bound_us(unsaid) == 12 * TICK_US and "4 ms assumed" in stall_note(unsaid)
-    roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 4)}))  # a core for each rank's poller and poster
+    roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": CoreGroup(2, 4)}))  # a core for each rank's poller and poster
     assert stall_risk(roomy) is None and stall_bound_us(roomy) == 0.0 and stall_note(roomy) is None
     res = evaluate(roomy, [Scenario(bandwidth="100Mbit")], tolerance_pct=None, raw=True)
     assert "operand_stall" not in res["scenarios"][0].interval.terms
@@ -134,7 +135,7 @@ def test_a_link_row_that_changes_the_step_less_than_the_stall_moves_one_is_marke
 
 def test_no_stall_no_mark():
     g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
-    roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 4)}))  # a core for each rank's poller and poster
+    roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": CoreGroup(2, 4)}))  # a core for each rank's poller and poster
     assert stall_outweighs(roomy, 1.0) is None and stall_outweighs(g, 1.0) is not None
     assert stall_outweighs(g, -20e3) is None  # a change either way larger than the stall's even odds
 
@@ -183,4 +184,4 @@ def test_the_collectives_time_splits_by_whether_the_job_s_host_threads_ran_besid
     assert "the job's own host threads ran recorded work" in note and "(the wire's share in it not known)" in note
     wired = g.replace(meta=g.meta.replace(wire_bytes_per_s=1e9))
     assert thread_share(wired).wire_us > 0 and "beyond the wire's" in stall_note(wired)
-    assert thread_share(g.replace(meta=g.meta.replace(host_cpus={"a": (1, 2), "b": (1, 2)}))) is None  # whose threads meet whose: not known
+    assert thread_share(g.replace(meta=g.meta.replace(host_cpus={"a": CoreGroup(1, 2), "b": CoreGroup(1, 2)}))) is None  # whose threads meet whose: not known

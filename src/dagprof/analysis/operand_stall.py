@@ -71,7 +71,7 @@ def stall_risk(g: Graph) -> StallRisk | None:
     if g.meta.framework != "jax" or g.meta.backend != "gloo" or not n:
         return None
     cpus, ticks = g.meta.host_cpus, g.meta.host_tick_us
-    if sum(ranks for ranks, _ in cpus.values()) < len(g.meta.ranks):  # some rank did not say its cores: as contended
+    if sum(k.ranks for k in cpus.values()) < len(g.meta.ranks):  # some rank did not say its cores: as contended
         said = list(ticks.values())
         return StallRisk(n, max(said, default=TICK_US), bool(said), None)
     hosts = tuple(g.meta.crowded_hosts(THREADS_PER_RANK))
@@ -190,7 +190,7 @@ def stall_note(g: Graph) -> str | None:
         return None
     tick = f"{risk.tick_us / 1e3:.3g} ms" + (", the host kernel's" if risk.tick_recorded else " assumed: the profile did not record the host's")
     cores = ("the profile did not record the cores: taken as contended" if risk.hosts is None else
-             "; ".join(f"{h}: {g.meta.host_cpus[h][0]} ranks x {THREADS_PER_RANK} threads on {g.meta.host_cpus[h][1]} cores"
+             "; ".join(f"{h}: {g.meta.host_cpus[h].ranks} ranks x {THREADS_PER_RANK} threads on {g.meta.host_cpus[h].cores} cores"
                        + g.meta.pinned_said(h) for h in risk.hosts))
     beyond = _beyond_wire_per_step(g)
     over = beyond[beyond > risk.bound_us] if beyond is not None else np.zeros(0)

@@ -42,7 +42,7 @@ from ..traces.steps import iteration_us, stalled_steps, steady_window, time_betw
 from .assemble import Assembler
 from .dag import Graph
 from .measured import GraphRule
-from .meta import LoopSteps
+from .meta import CoreGroup, LoopSteps
 from .rank_nodes import add_rank
 from .shared_collectives import add_collectives
 
@@ -62,7 +62,7 @@ def common_steps(run: Run, steps: range | None = None) -> list[int]:
     return sorted(common)
 
 
-def host_cpus(run: Run) -> dict[str, tuple[int, int]]:
+def host_cpus(run: Run) -> dict[str, CoreGroup]:
     """Per host whose ranks said their cores: (its ranks, the cores they may use together). Where every one of them said
     which cores (its affinity set), the union of the sets; else the fewest cores one of them could run on, which is the
     host's where the ranks are not pinned (``GraphMeta.host_cpus``)."""
@@ -70,11 +70,11 @@ def host_cpus(run: Run) -> dict[str, tuple[int, int]]:
     for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}:
         mine = [t for t in run.ranks if t.host == h]
         sets = _affinity_sets(mine)
-        out[h] = (len(mine), len(frozenset().union(*sets)) if sets else min(t.meta.cpus for t in mine))
+        out[h] = CoreGroup(len(mine), len(frozenset().union(*sets)) if sets else min(t.meta.cpus for t in mine))
     return out
 
 
-def pinned_groups(run: Run) -> dict[str, tuple[tuple[int, int], ...]]:
+def pinned_groups(run: Run) -> dict[str, tuple[CoreGroup, ...]]:
     """Per host whose ranks were pinned apart (every one said its affinity set, and not all of them overlap): each group
     of its ranks that may contend for cores, as (its ranks, the cores of their sets together). Ranks whose sets overlap,
     directly or through another's, are one group; a rank alone on its own cores is a group of its own
@@ -86,7 +86,7 @@ def pinned_groups(run: Run) -> dict[str, tuple[tuple[int, int], ...]]:
             meet = [g for g in groups if g[1] & s]
             groups = [g for g in groups if not g[1] & s] + [(1 + sum(n for n, _ in meet), s.union(*(c for _, c in meet)))]
         if len(groups) > 1:
-            out[h] = tuple(sorted(((n, len(c)) for n, c in groups), key=lambda rc: (-rc[0], rc[1])))
+            out[h] = tuple(sorted((CoreGroup(n, len(c)) for n, c in groups), key=lambda k: (-k.ranks, k.cores)))
     return out
 
 

@@ -41,6 +41,15 @@ class LoopSteps:
 
 
 @dataclass(frozen=True, slots=True)
+class CoreGroup:
+    """Ranks of one host that may contend for cores, and how many cores they may use together (``GraphMeta.host_cpus``,
+    ``GraphMeta.pinned_groups``): named, so that no reader takes one count for the other."""
+
+    ranks: int  # how many ranks
+    cores: int  # the cores they may run on together
+
+
+@dataclass(frozen=True, slots=True)
 class FsdpGraphUnit:
     """One FSDP2 unit as the graph knows it (``graph.build_fsdp``): the recorded unit (``run_schema.FsdpUnit``)
     with its layers by name and what it did after forward."""
@@ -200,12 +209,12 @@ class GraphMeta:
     layer_autograd_nodes: dict[str, int] = field(default_factory=dict)
     torch: str = ""
     grad_clips: dict[int, GradClip] = field(default_factory=dict)  # dagprof runs: rank 0's clip_grad_norm_ calls per step ({}: none or not recorded)
-    # dagprof, MXNet, TF/JAX runs: host -> (its ranks, the cores they may use together: their affinity sets' union, where
+    # dagprof, MXNet, TF/JAX runs: host -> its ranks and the cores they may use together (their affinity sets' union, where
     # they recorded them, else the fewest cores one could run on; unpinned ranks: the host's). Which ranks contend: core_groups
-    host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # hosts whose ranks were pinned apart (graph.build.pinned_groups) -> each group of ranks whose affinity sets overlap, as
-    # (its ranks, their cores); a rank alone on its own cores is a group of its own. Absent: every rank may run on every core
-    pinned_groups: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    host_cpus: dict[str, CoreGroup] = field(default_factory=dict)
+    # hosts whose ranks were pinned apart (graph.build.pinned_groups) -> each group of ranks whose affinity sets overlap, with
+    # their cores; a rank alone on its own cores is a group of its own. Absent: every rank may run on every core
+    pinned_groups: dict[str, tuple[CoreGroup, ...]] = field(default_factory=dict)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)
     # TF: a padded all-gather of a sparse gradient (traces.xplane_run.padded_key) -> each profiled worker's rows per step
@@ -259,16 +268,16 @@ class GraphMeta:
         """The profile's torch version as major.minor (``2.13.0+cpu``: ``2.13``), what its measured constants are keyed by."""
         return ".".join(self.torch.split("+")[0].split(".")[:2])
 
-    def core_groups(self, host: str) -> tuple[tuple[int, int], ...]:
-        """The ranks of ``host`` that contend for cores, as (ranks, their cores) per group: one group, ``host_cpus``'s,
-        unless they were pinned apart (``pinned_groups``)."""
+    def core_groups(self, host: str) -> tuple[CoreGroup, ...]:
+        """The ranks of ``host`` that contend for cores, per group: one group, ``host_cpus``'s, unless they were pinned
+        apart (``pinned_groups``)."""
         return self.pinned_groups.get(host, (self.host_cpus[host],))
 
-    def crowded_groups(self, host: str, threads_per_rank: int, among_ranks: bool = False) -> list[tuple[int, int]]:
+    def crowded_groups(self, host: str, threads_per_rank: int, among_ranks: bool = False) -> list[CoreGroup]:
         """The groups of ``host`` (``core_groups``) where ``threads_per_rank`` runnable threads per rank outnumber their
         cores; ``among_ranks``: only where ranks share cores (a rank pinned alone contends with its own threads only)."""
-        return [(r, c) for r, c in self.core_groups(host)
-                if threads_per_rank * r > c and (r > 1 or not among_ranks or host not in self.pinned_groups)]
+        return [k for k in self.core_groups(host)
+                if threads_per_rank * k.ranks > k.cores and (k.ranks > 1 or not among_ranks or host not in self.pinned_groups)]
 
     def crowded_hosts(self, threads_per_rank: int, among_ranks: bool = False) -> list[str]:
         """Hosts with a group of ranks whose ``threads_per_rank`` runnable threads per rank outnumber their cores
@@ -279,7 +288,7 @@ class GraphMeta:
         """How ``host``'s ranks were pinned, to follow its cores in a note: " (pinned apart: 1 rank on 1 core, 1 rank on
         1 core)"; "" where they were not."""
         groups = self.pinned_groups.get(host)
-        return "" if groups is None else " (pinned apart: " + ", ".join(f"{count(r, 'rank')} on {count(c, 'core')}" for r, c in groups) + ")"
+        return "" if groups is None else " (pinned apart: " + ", ".join(f"{count(k.ranks, 'rank')} on {count(k.cores, 'core')}" for k in groups) + ")"
 
     def copy(self) -> GraphMeta:
         """A copy whose top-level lists and dicts are new, so setting or appending on it leaves ``self`` alone."""

@@ -134,7 +134,8 @@ def server_cores_note(g: Graph, servers: int) -> str | None:
     ps = g.meta.ps
     if ps is None or servers <= ps.num_servers or len(g.meta.host_cpus) != 1:
         return None
-    host, (ranks, cores) = next(iter(g.meta.host_cpus.items()))
+    host, group = next(iter(g.meta.host_cpus.items()))
+    ranks, cores = group.ranks, group.cores
     if ranks + servers <= cores:
         return None
     busy = sum(b.busy_us for b in ps.server_busy) / max(len({b.step for b in ps.server_busy}), 1) / max(ps.num_servers, 1)
@@ -158,7 +159,8 @@ def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str 
     head = f"--workers {workers}: the prediction assumes each worker keeps its own cores (its compute as profiled)"
     if len(g.meta.host_cpus) != 1:
         return f"{head}; the run did not record its workers' cores (profile again to have them said)"
-    host, (ranks, cores) = next(iter(g.meta.host_cpus.items()))
+    host, group = next(iter(g.meta.host_cpus.items()))
+    ranks, cores = group.ranks, group.cores
     if workers <= cores:
         return None
     step = float(np.mean(list(g.meta.measured_iter_us.values())))

@@ -34,7 +34,7 @@ def core_bound_slowdown(g: Graph) -> float:
     its hosts' cores, the most that gives: 1."""
     if not g.meta.host_cpus:
         return 1.0
-    return max(max(0.0, 2.0 * r / max(r, c, 1) - 1.0) for h in g.meta.host_cpus for r, c in g.meta.core_groups(h))
+    return max(max(0.0, 2.0 * k.ranks / max(k.ranks, k.cores, 1) - 1.0) for h in g.meta.host_cpus for k in g.meta.core_groups(h))
 
 
 def slowed_nodes(g: Graph) -> np.ndarray:

@@ -289,8 +289,8 @@ def _overlap_bound_notes(g0: Graph, bounds: list[float]) -> list[str]:
     """Said where ``_overlap_bound_us`` raised an interval's high end: why, and by how much."""
     if not bounds:
         return []
-    cores = "; ".join(f"{r} ranks on {c} cores" + g0.meta.pinned_said(h)
-                      for h, (r, c) in g0.meta.host_cpus.items()) or "cores not recorded"
+    cores = "; ".join(f"{k.ranks} ranks on {k.cores} cores" + g0.meta.pinned_said(h)
+                      for h, k in g0.meta.host_cpus.items()) or "cores not recorded"
     return [f"--data-parallel ddp from an FSDP profile: the compute DDP's all-reduces slow beside them is not in the point (the FSDP "
             "profile ran none beside a collective: its collectives block the ranks; no slowdown measured for this cluster): the "
             f"interval's high end holds the step with it at up to {1 + core_bound_slowdown(g0):g}x (each rank's compute and gloo "
@@ -388,7 +388,8 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
     over = {h: groups[0] for h in g.meta.host_cpus if (groups := g.meta.crowded_groups(h, 1))}
     if not over or c.cores:
         return []
-    h, (ranks, cores) = next(iter(sorted(over.items())))
+    h, group = next(iter(sorted(over.items())))
+    ranks, cores = group.ranks, group.cores
     more = f" (and {count(len(over) - 1, 'more host')} alike)" if len(over) > 1 else ""
     return [f"{ranks} ranks shared {count(cores, 'core')} on host {h}{g.meta.pinned_said(h)}{more} when profiled: their ops ran "
             f"slower where more than {cores} computed "
@@ -462,7 +463,7 @@ def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     crowded = crowded_hosts(g)
     if not crowded:
         return []
-    hosts = ', '.join(f'{h}: {count(g.meta.host_cpus[h][0], "rank")} on {count(g.meta.host_cpus[h][1], "core")}'
+    hosts = ', '.join(f'{h}: {count(g.meta.host_cpus[h].ranks, "rank")} on {count(g.meta.host_cpus[h].cores, "core")}'
                       + g.meta.pinned_said(h) for h in crowded)
     note = (f"{count(len(crowded), 'host')} ({hosts}) {'has' if len(crowded) == 1 else 'have'} fewer cores than their ranks' main and Horovod "
             "threads, and Horovod's synchronize() spins a core while it waits: "

@@ -152,7 +152,7 @@ def _faster_than_loopback(g: Graph, c: Cluster, rows: list[tuple[Scenario, float
     does not tell a loopback from an emulated link on the same host."""
     hosts = g.meta.host_cpus
     n0 = graph_world_size(g)
-    if c.profiled_wire is not None or len(hosts) != 1 or next(iter(hosts.values()))[0] != n0:
+    if c.profiled_wire is not None or len(hosts) != 1 or next(iter(hosts.values())).ranks != n0:
         return []
     faster = _link_rows_faster(rows, n0, model_us)
     if not faster:
