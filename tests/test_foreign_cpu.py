@@ -10,6 +10,7 @@ from testdata import DATA
 
 from dagprof.analysis.foreign_cpu import NOTE_SHARE, foreign_cpu, foreign_cpu_note, foreign_us, pinned_alone
 from dagprof.graph.build import build_graph
+from dagprof.graph.meta import CoreGroup
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
@@ -29,7 +30,7 @@ def test_a_profile_whose_pinned_cores_ran_other_work_says_so_in_every_whatif():
     """Recorded beside other sessions' jobs (the bench's others_cpu_pct 62 %): each rank waited for its core about 30 % of
     its step beyond its own threads' CPU; the note names both ranks, and a bandwidth what-if carries it."""
     g = open_run(LOADED).graph
-    assert pinned_alone(g.meta) and g.meta.pinned_groups == {"vm": ((1, 1), (1, 1))}
+    assert pinned_alone(g.meta) and g.meta.pinned_groups == {"vm": (CoreGroup(1, 1), CoreGroup(1, 1))}
     f = foreign_cpu(g.meta)
     assert f is not None and set(f.foreign_us) == {0, 1} and f.share > 2 * NOTE_SHARE
     assert all(f.foreign_us[r] > 0.15 * f.step_us[r] for r in (0, 1))

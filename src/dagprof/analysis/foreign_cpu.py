@@ -71,7 +71,7 @@ def foreign_cpu(meta: GraphMeta) -> ForeignCpu | None:
 
 def pinned_alone(meta: GraphMeta) -> bool:
     """Every rank of the profile was pinned alone to one core of its host (each host's ``pinned_groups`` one rank on one core)."""
-    return bool(meta.host_cpus) and all(h in meta.pinned_groups and all(g == (1, 1) for g in meta.pinned_groups[h]) for h in meta.host_cpus)
+    return bool(meta.host_cpus) and all(h in meta.pinned_groups and all(g.ranks == 1 and g.cores == 1 for g in meta.pinned_groups[h]) for h in meta.host_cpus)
 
 
 def foreign_cpu_note(meta: GraphMeta) -> str | None:

@@ -66,8 +66,8 @@ def one_host(g: Graph) -> str | None:
     hosts = g.meta.host_cpus
     if len(hosts) != 1:
         return None
-    (host, (ranks, _)), = hosts.items()
-    return host if ranks == graph_world_size(g) else None
+    (host, group), = hosts.items()
+    return host if group.ranks == graph_world_size(g) else None
 
 
 def on_shared_cores(g0: Graph, s: Scenario, c: Cluster) -> bool:
@@ -82,7 +82,7 @@ def on_shared_cores(g0: Graph, s: Scenario, c: Cluster) -> bool:
 def shared_cores_note(g0: Graph, rows: int, total: int, c: Cluster) -> str:
     """Said where ``on_shared_cores`` put the term in ``rows`` of ``total`` rows' intervals."""
     host = one_host(g0)
-    ranks, cores = g0.meta.host_cpus[host]
+    ranks, cores = g0.meta.host_cpus[host].ranks, g0.meta.host_cpus[host].cores
     measured = c.link_model is not None and comm_slowdown_beside(g0, c.link_model) != core_bound_slowdown(g0)
     by = f"as --link-model measured ({comm_slowdown_beside(g0, c.link_model):.2f} per unit of overlap)" if measured else \
         f"up to {1 + core_bound_slowdown(g0):g}x, the cores' bound"
