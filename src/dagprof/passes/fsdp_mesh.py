@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costmodel.fsdp_costs import FsdpCosts
+from ..costmodel.fsdp_costs import DTENSOR_STEP, FsdpCosts, StepFit
 from ..costmodel.gloo_ring import head_start
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
@@ -470,17 +470,35 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
         return (f"{degrees} prices the optimizer step on {tensors} tensors from the profile's Kineto ops: "
                 f"{100 * fixed / (fixed + per_byte):.0f} % of it (DTensor's dispatches and the Python around the ops) stays per "
                 f"tensor, the ops on the local shards scale with their bytes; {calibrate}")
+    host = _host_step_fit(g)
+    if host is not None:
+        fixed, per_byte = host.us_per_tensor * tensors, host.us_per_byte * nbytes / shard0
+        return (f"{degrees} prices the optimizer step on {tensors} tensors by the DTensor step measured for torch "
+                f"{g.meta.torch_minor} (no Kineto ops in the profile split its own): {100 * fixed / (fixed + per_byte):.0f} % of it "
+                f"stays per tensor, the rest scales with the shards' bytes; {calibrate}")
     return (f"{degrees} scales the optimizer step on {tensors} tensors by "
             f"their shards' bytes (no Kineto ops of a CPU step in the profile split it): its fixed cost per tensor (DTensor dispatch, about "
             f"125 us a tensor on a 2-core machine) does not shrink with the shards, so the step is predicted short where "
             f"tensors are many and small; {calibrate}")
 
 
+def _host_step_fit(g: Graph) -> StepFit | None:
+    """``DTENSOR_STEP``'s DTensor step for the profile's torch version, where its optimizer runs on the host (no GPU
+    stream in the graph): what splits a hooks-only CPU profile's step into its part per tensor and per byte. None: a GPU
+    job (its step's bytes are kernels) or a version not measured."""
+    if any(d.kind == DeviceKind.COMPUTE and d.rank >= 0 for d in g.devices):
+        return None
+    fits = DTENSOR_STEP.get(g.meta.torch_minor)
+    return fits[1] if fits else None
+
+
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
     """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``: per tensor and per
     byte of the shards as FSDP's measured costs (``costs``) or, without them, the profile's own Kineto ops
-    (``meta.fsdp.step_fit``) price it; by the bytes alone where neither does."""
-    fit = costs.dtensor_step if costs is not None else g.meta.fsdp.step_fit
+    (``meta.fsdp.step_fit``) price it, else on a CPU the DTensor step measured for its torch version (``_host_step_fit``:
+    part 12's tiedlm job, hooks only, 76 tensors of 5.6 MiB, stepped 0.98-1.02x its 2-rank step on 4 ranks, against each
+    rank's compute beside it, where the bytes' rule gave 0.5); by the bytes alone where none does."""
+    fit = costs.dtensor_step if costs is not None else (g.meta.fsdp.step_fit or _host_step_fit(g))
     tensors, nbytes = step_size(g.meta.fsdp.units)
     was = fit.us(tensors, nbytes / shard0) if fit is not None and shard != shard0 else 0.0
     return fit.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
