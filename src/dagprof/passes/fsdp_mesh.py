@@ -496,8 +496,9 @@ def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> fl
     """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``: per tensor and per
     byte of the shards as FSDP's measured costs (``costs``) or, without them, the profile's own Kineto ops
     (``meta.fsdp.step_fit``) price it, else on a CPU the DTensor step measured for its torch version (``_host_step_fit``:
-    part 12's tiedlm job, hooks only, 76 tensors of 5.6 MiB, stepped 0.98-1.02x its 2-rank step on 4 ranks, against each
-    rank's compute beside it, where the bytes' rule gave 0.5); by the bytes alone where none does."""
+    part 12's tiedlm job, hooks only, AdamW on 76 tensors of 5.6 MiB, stepped 0.89-1.03x its 2-rank step on 4 ranks (over
+    each rank's compute beside it, two testbed rounds) where the bytes' rule gave 0.5, this 0.96); by the bytes alone where
+    none does."""
     fit = costs.dtensor_step if costs is not None else (g.meta.fsdp.step_fit or _host_step_fit(g))
     tensors, nbytes = step_size(g.meta.fsdp.units)
     was = fit.us(tensors, nbytes / shard0) if fit is not None and shard != shard0 else 0.0
