@@ -75,6 +75,9 @@ def test_without_kineto_a_cpu_step_splits_as_the_measured_dtensor_step_and_says_
     other = g.replace(meta=g.meta.replace(torch="2.99.0"))
     assert step_scale(other, 2, 4, None) == 0.5
     assert "by their shards' bytes (no Kineto ops" in uncalibrated_step_note(other, [4])
+    # FSDP1 steps plain flat parameters, not DTensors: the bytes
+    fsdp1 = build_graph(read_run(DATA / "fsdp" / "fsdp1"))
+    assert fsdp1.meta.fsdp.step_fit is None and step_scale(fsdp1, 2, 4, None) == 0.5
     # on a GPU the step's bytes are its kernels' and its host ops launch them: not this split
     assert build_graph(read_run(DATA / "gpu" / "fsdp-gloo-2-step12")).meta.fsdp.step_fit is None
     assert main(["whatif", str(MOE), "--mesh", "1x4", "--no-trace", "--allow-model-error", "--json"]) == 0

@@ -483,10 +483,10 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
 
 
 def _host_step_fit(g: Graph) -> StepFit | None:
-    """``DTENSOR_STEP``'s DTensor step for the profile's torch version, where its optimizer runs on the host (no GPU
-    stream in the graph): what splits a hooks-only CPU profile's step into its part per tensor and per byte. None: a GPU
-    job (its step's bytes are kernels) or a version not measured."""
-    if any(d.kind == DeviceKind.COMPUTE and d.rank >= 0 for d in g.devices):
+    """``DTENSOR_STEP``'s DTensor step for the profile's torch version, where FSDP2's optimizer steps DTensors on the
+    host (no GPU stream in the graph): what splits a hooks-only CPU profile's step into its part per tensor and per byte.
+    None: FSDP1 (plain flat parameters), a GPU job (its step's bytes are kernels) or a version not measured."""
+    if g.meta.fsdp.api != FSDP2_API or any(d.kind == DeviceKind.COMPUTE and d.rank >= 0 for d in g.devices):
         return None
     fits = DTENSOR_STEP.get(g.meta.torch_minor)
     return fits[1] if fits else None
