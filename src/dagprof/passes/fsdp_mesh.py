@@ -43,7 +43,8 @@ updates this rank's shards only, takes what a step of a fixed cost per tensor an
 (``costmodel.fsdp_costs.StepFit``) takes at the new shards over the profiled ones: with FSDP2's costs measured on the
 machine (``dagprof calibrate --fsdp``) the measured step on DTensor shards, else the profile's own, split by its Kineto
 ops (``graph.build_fsdp.profiled_step``: the ops DTensor's dispatch ran on the local shards per byte, the rest per
-tensor), else (no Kineto) N0/N of its time, with a note. That step has a fixed cost per tensor that sharding does not divide (about
+tensor), else (no Kineto, FSDP2 on a CPU) as torch's DTensor step measured for its version splits it
+(``costmodel.fsdp_costs.DTENSOR_STEP``), else N0/N of its time; each with a note. That step has a fixed cost per tensor that sharding does not divide (about
 125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
 tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5 (its own
 2-rank Kineto profile, load 6, splits its step into 175 us a tensor, the profiler's cost in it, and 0.67 ns a byte:
