@@ -762,15 +762,16 @@ GROUPS = ("forward layers", "forward other", "loss", "backward layers", "backwar
           "fsdp copy-out/reshard", "fsdp hooks", "ddp enqueue/copy", "wait gaps", "idle")  # where a main lane's step goes (categories7)
 
 
-def lane_groups(g) -> dict[str, float]:
-    """Each rank's main lane in the replayed ``g``, per step, as ``GROUPS`` (ms, averaged over ranks): durations by node
-    kind and name, the waits' measured gaps, and the time the lane sat idle before a node (a wait's collective)."""
+def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
+    """Each rank's main lane in the replayed ``g``, per step, as ``GROUPS`` (ms, averaged over ``ranks``, default every
+    rank): durations by node kind and name, the waits' measured gaps, and the time the lane sat idle before a node (a
+    wait's collective)."""
     from dagprof.replay import replay
     from dagprof.traces.events import Kind
 
     res = replay(g)
     out = dict.fromkeys(GROUPS, 0.0)
-    ranks = sorted({int(r) for r in g.rank if r >= 0})
+    ranks = ranks if ranks is not None else sorted({int(r) for r in g.rank if r >= 0})
     for r in ranks:
         lane = [int(v) for v in range(len(g)) if g.rank[v] == r and g.device[v] == g.meta.main_device[r]]
         lane.sort(key=lambda v: res.start[v])

@@ -20,6 +20,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, step_size
 from dagprof.passes.data_parallel import _call_load, _stretch, ddp_to_fsdp, to_data_parallel, user_units
+from dagprof.passes.fsdp_mesh import step_scale
 from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.passes.link_fit import find_collectives
 from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
@@ -376,8 +377,11 @@ def test_with_more_workers(ddp, fsdp):
     assert np.allclose(g.dur[g.kind == Kind.UPDATE][:4] / _bare_ratio(ddp, 4), ddp.dur[ddp.kind == Kind.UPDATE][:4])
     d = apply(fsdp, Scenario(workers=4, data_parallel="ddp"), c, base_topology(fsdp, c))
     assert d.meta.world_size == 4 and d.meta.fsdp is None
-    # --workers 4 first steps the shards of 4 ranks (half the profiled step), then DDP the whole over DTensor's ratio at 4
-    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE]) / 2 / _bare_ratio(fsdp, 4))
+    # --workers 4 first steps the shards of 4 ranks (as torch's DTensor step splits the profiled one: step_scale), then DDP
+    # the whole over DTensor's ratio at 4: DDP's whole step, whatever the workers
+    upd = np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE])
+    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), upd * step_scale(fsdp, 2, 4, None) / _bare_ratio(fsdp, 4))
+    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), upd / _bare_ratio(fsdp, 2))
 
 
 @pytest.mark.parametrize("wrapper", [[], ["--ddp"]], ids=["fully_shard", "ddp"])

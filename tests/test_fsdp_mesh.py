@@ -14,7 +14,7 @@ from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, allreduce_equivalent_bytes, check_fsdp_edges, fsdp_collectives, issuers, mesh_of
-from dagprof.passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh, with_mesh
+from dagprof.passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh, step_scale, with_mesh
 from dagprof.search.fsdp_memory import fsdp_peak
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
@@ -100,7 +100,9 @@ def test_the_optimizer_steps_on_the_new_shards():
     g = graph(HSDP)
     m = set_mesh(g, 1, 4)
     upd = g.kind == Kind.UPDATE
-    assert m.dur[m.kind == Kind.UPDATE].sum() == pytest.approx(g.dur[upd].sum() / 2)
+    # hooks only: the step split as torch 2.13's measured DTensor step splits it, its per-tensor part kept
+    assert 0.5 < step_scale(g, 2, 4, None) < 1.0
+    assert m.dur[m.kind == Kind.UPDATE].sum() == pytest.approx(g.dur[upd].sum() * step_scale(g, 2, 4, None))
 
 
 def test_a_new_shard_degree_without_fsdp_costs_says_what_the_step_leaves_out(capsys):

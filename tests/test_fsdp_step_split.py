@@ -12,7 +12,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
-from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
+from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FsdpCosts, StepFit
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import step_size
 from dagprof.passes.fsdp_mesh import set_mesh, step_scale, uncalibrated_step_note
@@ -63,10 +63,21 @@ def test_fsdps_measured_costs_come_first(moe):
     assert step_scale(moe, 2, 4, costs) == pytest.approx(0.5)
 
 
-def test_without_kineto_the_step_scales_by_bytes_and_says_so(capsys):
+def test_without_kineto_a_cpu_step_splits_as_the_measured_dtensor_step_and_says_so(capsys):
     g = build_graph(read_run(HSDP))
-    assert g.meta.fsdp.step_fit is None and step_scale(g, 2, 4, None) == 0.5
-    assert "by their shards' bytes (no Kineto ops" in uncalibrated_step_note(g, [4])
+    tensors, nbytes = step_size(g.meta.fsdp.units)
+    fit = DTENSOR_STEP[g.meta.torch_minor][1]
+    assert g.meta.fsdp.step_fit is None
+    assert step_scale(g, 2, 4, None) == pytest.approx(fit.us(tensors, nbytes / 4) / fit.us(tensors, nbytes / 2))
+    assert 0.5 < step_scale(g, 2, 4, None) < 1.0 and step_scale(g, 2, 2, None) == 1.0
+    assert f"by the DTensor step measured for torch {g.meta.torch_minor}" in uncalibrated_step_note(g, [4])
+    # a torch version not measured: the shards' bytes alone, said so
+    other = g.replace(meta=g.meta.replace(torch="2.99.0"))
+    assert step_scale(other, 2, 4, None) == 0.5
+    assert "by their shards' bytes (no Kineto ops" in uncalibrated_step_note(other, [4])
+    # FSDP1 steps plain flat parameters, not DTensors: the bytes
+    fsdp1 = build_graph(read_run(DATA / "fsdp" / "fsdp1"))
+    assert fsdp1.meta.fsdp.step_fit is None and step_scale(fsdp1, 2, 4, None) == 0.5
     # on a GPU the step's bytes are its kernels' and its host ops launch them: not this split
     assert build_graph(read_run(DATA / "gpu" / "fsdp-gloo-2-step12")).meta.fsdp.step_fit is None
     assert main(["whatif", str(MOE), "--mesh", "1x4", "--no-trace", "--allow-model-error", "--json"]) == 0

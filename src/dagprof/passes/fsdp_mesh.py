@@ -43,7 +43,8 @@ updates this rank's shards only, takes what a step of a fixed cost per tensor an
 (``costmodel.fsdp_costs.StepFit``) takes at the new shards over the profiled ones: with FSDP2's costs measured on the
 machine (``dagprof calibrate --fsdp``) the measured step on DTensor shards, else the profile's own, split by its Kineto
 ops (``graph.build_fsdp.profiled_step``: the ops DTensor's dispatch ran on the local shards per byte, the rest per
-tensor), else (no Kineto) N0/N of its time, with a note. That step has a fixed cost per tensor that sharding does not divide (about
+tensor), else (no Kineto, FSDP2 on a CPU) as torch's DTensor step measured for its version splits it
+(``costmodel.fsdp_costs.DTENSOR_STEP``), else N0/N of its time; each with a note. That step has a fixed cost per tensor that sharding does not divide (about
 125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
 tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5 (its own
 2-rank Kineto profile, load 6, splits its step into 175 us a tensor, the profiler's cost in it, and 0.67 ns a byte:
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costmodel.fsdp_costs import FsdpCosts
+from ..costmodel.fsdp_costs import DTENSOR_STEP, FsdpCosts, StepFit
 from ..costmodel.gloo_ring import head_start
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
@@ -470,17 +471,36 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
         return (f"{degrees} prices the optimizer step on {tensors} tensors from the profile's Kineto ops: "
                 f"{100 * fixed / (fixed + per_byte):.0f} % of it (DTensor's dispatches and the Python around the ops) stays per "
                 f"tensor, the ops on the local shards scale with their bytes; {calibrate}")
+    host = _host_step_fit(g)
+    if host is not None:
+        fixed, per_byte = host.us_per_tensor * tensors, host.us_per_byte * nbytes / shard0
+        return (f"{degrees} prices the optimizer step on {tensors} tensors by the DTensor step measured for torch "
+                f"{g.meta.torch_minor} (no Kineto ops in the profile split its own): {100 * fixed / (fixed + per_byte):.0f} % of it "
+                f"stays per tensor, the rest scales with the shards' bytes; {calibrate}")
     return (f"{degrees} scales the optimizer step on {tensors} tensors by "
             f"their shards' bytes (no Kineto ops of a CPU step in the profile split it): its fixed cost per tensor (DTensor dispatch, about "
             f"125 us a tensor on a 2-core machine) does not shrink with the shards, so the step is predicted short where "
             f"tensors are many and small; {calibrate}")
 
 
+def _host_step_fit(g: Graph) -> StepFit | None:
+    """``DTENSOR_STEP``'s DTensor step for the profile's torch version, where FSDP2's optimizer steps DTensors on the
+    host (no GPU stream in the graph): what splits a hooks-only CPU profile's step into its part per tensor and per byte.
+    None: FSDP1 (plain flat parameters), a GPU job (its step's bytes are kernels) or a version not measured."""
+    if g.meta.fsdp.api != FSDP2_API or any(d.kind == DeviceKind.COMPUTE and d.rank >= 0 for d in g.devices):
+        return None
+    fits = DTENSOR_STEP.get(g.meta.torch_minor)
+    return fits[1] if fits else None
+
+
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
     """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``: per tensor and per
     byte of the shards as FSDP's measured costs (``costs``) or, without them, the profile's own Kineto ops
-    (``meta.fsdp.step_fit``) price it; by the bytes alone where neither does."""
-    fit = costs.dtensor_step if costs is not None else g.meta.fsdp.step_fit
+    (``meta.fsdp.step_fit``) price it, else on a CPU the DTensor step measured for its torch version (``_host_step_fit``:
+    part 12's tiedlm job, hooks only, AdamW on 76 tensors of 5.6 MiB, stepped 0.89-1.03x its 2-rank step on 4 ranks (over
+    each rank's compute beside it, two testbed rounds) where the bytes' rule gave 0.5, this 0.96); by the bytes alone where
+    none does."""
+    fit = costs.dtensor_step if costs is not None else (g.meta.fsdp.step_fit or _host_step_fit(g))
     tensors, nbytes = step_size(g.meta.fsdp.units)
     was = fit.us(tensors, nbytes / shard0) if fit is not None and shard != shard0 else 0.0
     return fit.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
