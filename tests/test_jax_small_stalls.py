@@ -11,24 +11,17 @@ import os
 import sys
 
 import numpy as np
-from testdata import DATA
+from testdata import DATA, at_testbed_wire
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from shaped_loopback import predict_rate, rate_models  # noqa: E402
+from shaped_loopback import predict_rate  # noqa: E402
 
 from dagprof.passes.link_fit import fitted_stalls, joined_together, link_fit, profiled_comm, slower_than_larger  # noqa: E402
-from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.search.scenario import profiled_at  # noqa: E402
 from dagprof.traces.events import CommKind  # noqa: E402
 
 RUN = DATA / "tf-jax" / "zero-rs-late"
 MEASURED_200M_MS = 138.6  # the same round's 200 Mbit/s job, median step (``bench_frameworks.py --testbed``, ``measured``)
-
-
-def _marked():
-    g = open_run(RUN).graph
-    return profiled_at(g, rate_models(g, str(RUN), 1e9, 200e6).settings)
 
 
 def test_a_size_slower_than_every_instance_of_a_larger_size():
@@ -47,7 +40,7 @@ def test_a_size_slower_than_every_instance_of_a_larger_size():
 
 
 def test_the_stalled_psums_are_set_apart_and_keep_their_own_time():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     comm = profiled_comm(g)
     stall = fitted_stalls(g)[comm]
     psum = (g.comm_kind[comm] == CommKind.ALL_REDUCE) & joined_together(g, comm)
@@ -57,7 +50,7 @@ def test_the_stalled_psums_are_set_apart_and_keep_their_own_time():
 
 
 def test_the_link_is_fitted_to_the_sizes_not_to_the_stalled_psums():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     fit = link_fit(g)
     wire = 1e6 / g.meta.wire_bytes_per_s
     assert fit.weak is None and fit.apart

@@ -11,11 +11,11 @@ import os
 import sys
 
 import numpy as np
-from testdata import DATA
+from testdata import DATA, at_testbed_wire
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from shaped_loopback import predict_rate, rate_models  # noqa: E402
+from shaped_loopback import predict_rate  # noqa: E402
 
 from dagprof.passes.comm import instance_residuals, model_prices, retime_collectives  # noqa: E402
 from dagprof.passes.link_fit import fit_topology, floored_kinds, link_fit, priced_comm, wire_floor  # noqa: E402
@@ -27,13 +27,8 @@ RUN = DATA / "tf-jax" / "zero-rs-late"
 MEASURED_200M_MS = 138.6  # the same round's 200 Mbit/s job, median step (``bench_frameworks.py --testbed``, ``measured``)
 
 
-def _marked():
-    g = open_run(RUN).graph
-    return profiled_at(g, rate_models(g, str(RUN), 1e9, 200e6).settings)
-
-
 def test_the_reduce_scatters_link_is_floored_at_the_wire_and_the_gathers_are_not():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     fit = link_fit(g)
     wire = wire_floor(g)
     assert wire == 1e6 / g.meta.wire_bytes_per_s and fit.apart
@@ -44,7 +39,7 @@ def test_the_reduce_scatters_link_is_floored_at_the_wire_and_the_gathers_are_not
 
 
 def test_the_profiled_collectives_keep_their_times():
-    g = _marked()
+    g = at_testbed_wire(RUN)
     fit = link_fit(g)
     idx = np.flatnonzero(priced_comm(g))
     topo = fit_topology(g, fit)
