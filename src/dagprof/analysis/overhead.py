@@ -30,7 +30,7 @@ def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], st
     """Label -> us of the gaps of ``nodes`` (a critical path), largest first; they add up to the path's overhead.
     ``category`` names a node kind (``critical_path.category``)."""
     v = nodes[g.gap[nodes] > 0]
-    gap, rank, kind = g.gap[v].astype(np.float64), g.rank[v], g.kind[v]
+    gap, rank, kind = g.gap[v].astype(np.float64, copy=False), g.rank[v], g.kind[v]
     main = _by_rank(g.meta.main_device, rank, -2) == g.device[v]
     first = min(g.meta.steps) if g.meta.steps else None
     skew = (kind == Kind.STEP) & (g.step[v] == first) & (rank >= 0)
@@ -54,54 +54,55 @@ def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], st
 
 
 def _by_rank(values: dict[int, int], rank: np.ndarray, missing: int) -> np.ndarray:
-    """``values.get(r, missing)`` for each rank r, as one array lookup."""
-    keys = np.array(sorted(values), dtype=np.int64)
-    if not len(keys):
-        return np.full(len(rank), missing, dtype=np.int64)
-    at = np.minimum(np.searchsorted(keys, rank), len(keys) - 1)
-    vals = np.array([values[k] for k in keys.tolist()], dtype=np.int64)
-    return np.where(keys[at] == rank, vals[at], missing)
+    """``values.get(r, missing)`` for each rank r (a rank's id: 0 and up), as one table lookup."""
+    table = np.full(max(values, default=-1) + 2, missing, dtype=np.int64)  # the last slot: any rank not in ``values``
+    table[list(values)] = list(values.values())
+    return table[np.where((rank >= 0) & (rank < len(table) - 1), rank, len(table) - 1)]
 
 
 def _main_thread(g: Graph, v: np.ndarray, gap: np.ndarray, rank: np.ndarray, between: np.ndarray) -> dict[str, float]:
     """Label -> us of the main-thread gaps ``v`` (in path order; ``between``: a step's own gap, before it), each cut by
     its rank's host segments (``_overlap``), or labelled as one where its rank recorded none or they do not match.
 
-    The parts are summed in one stream, gap by gap in path order and each gap's labels in the order ``_overlap`` gives,
-    by ``np.bincount`` (which adds its weights in order), and the labels come in the order first met: the floats, and
-    the order of ties, of a walk that adds them one by one (a million gaps on a path: one Python step each was most of
-    ``analyze``'s time)."""
+    Each label's parts are added in path order (each gap's in the order ``_overlap`` gives) by ``np.bincount``, which
+    adds its weights in order, and the labels come in the order first met: the floats, and the order of ties, of a walk
+    that adds them gap by gap (a million gaps on a path: one Python step each was most of ``analyze``'s time)."""
     prov = provenance(g)
-    end = prov.mstart[v].astype(np.float64) if prov is not None else np.full(len(v), np.nan)
     ids: dict[str, int] = {UNTRACED: 0, NO_RANGES: 1, UNMATCHED: 2}  # label -> id, over every rank's segments
-    at, sub, lab, us = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], [gap[:0]]
-    for r in np.unique(rank).tolist():
-        mine = np.flatnonzero(rank == r)
-        segs = g.meta.host_segments.get(int(r))
-        cut = np.isfinite(end[mine]) if segs is not None else np.zeros(len(mine), dtype=bool)
-        bare = mine[~cut]
-        at.append(bare)
-        sub.append(np.zeros(len(bare), dtype=np.int64))
-        lab.append(np.full(len(bare), ids[NO_RANGES if segs is None else UNMATCHED], dtype=np.int64))
-        us.append(gap[bare])
-        if segs is None or not cut.any():
-            continue
-        cut = mine[cut]
+    ranged = np.isin(rank, np.array(list(g.meta.host_segments), dtype=np.int64))
+    cut = np.flatnonzero(ranged)
+    if prov is not None:
+        cut = cut[np.isfinite(prov.mstart[v[cut]])]
+    else:
+        cut = cut[:0]
+    rows = []  # (gap, order in it, label id, us) of the cut gaps, rank by rank
+    for r in np.unique(rank[cut]).tolist():
+        mine = cut[rank[cut] == r]
+        segs = g.meta.host_segments[r]
         label = np.array([ids.setdefault(n, len(ids)) for n in segs.labels], dtype=np.int64)[np.asarray(segs.label, dtype=np.int64)]
-        k, order, name, part = _overlap(np.asarray(segs.start, dtype=np.float64), np.asarray(segs.end, dtype=np.float64), label,
-                                        end[cut] - gap[cut], end[cut])
-        at.append(cut[k])
-        sub.append(order)
-        lab.append(name)
-        us.append(part)
-    at_, sub_, lab_, us_ = (np.concatenate(x) for x in (at, sub, lab, us))
-    order = np.lexsort((sub_, at_))
-    n = len(ids)
-    key = lab_[order] + np.where(between[at_[order]], 0, n)
-    sums = np.bincount(key, weights=us_[order], minlength=2 * n)
-    seen, first = np.unique(key, return_index=True)
+        end = prov.mstart[v[mine]].astype(np.float64)
+        k, order, name, us = _overlap(np.asarray(segs.start, dtype=np.float64), np.asarray(segs.end, dtype=np.float64), label,
+                                      end - gap[mine], end)
+        rows.append((mine[k], order, name, us))
+    n = len(ids)  # key: label id, + n in a step
+    # a gap left whole: one label (its rank recorded no ranges, or they do not match), never a segment's
+    bare = np.full(len(v), ids[NO_RANGES], dtype=np.int32)
+    bare[ranged] = ids[UNMATCHED]
+    bare[~between] += n
+    bare[cut] = -1
+    keep = bare >= 0
+    sums = np.bincount(bare[keep], weights=gap[keep], minlength=2 * n).astype(np.float64, copy=False)  # int when empty
+    firsts = [(int(np.argmax(bare == k)), 0, k) for k in np.unique(bare[keep]).tolist()]  # (gap, order in it, key)
+    del bare, keep
+    if rows:
+        at, order, name, us = (np.concatenate(x) for x in zip(*rows))
+        by = np.lexsort((order, at))
+        at, order, key, us = at[by], order[by], name[by] + np.where(between[at[by]], 0, n), us[by]
+        sums += np.bincount(key, weights=us, minlength=2 * n)  # no key is both a whole gap's and a segment's
+        seen, first = np.unique(key, return_index=True)
+        firsts += [(int(at[i]), int(order[i]), x) for x, i in zip(seen.tolist(), first.tolist())]
     names = list(ids)
-    return {f"{'between steps' if x < n else 'in a step'}: {names[x % n]}": float(sums[x]) for x in seen[np.argsort(first)].tolist()}
+    return {f"{'between steps' if k < n else 'in a step'}: {names[k % n]}": float(sums[k]) for _, _, k in sorted(firsts)}
 
 
 def _overlap(start: np.ndarray, end: np.ndarray, label: np.ndarray, a: np.ndarray, b: np.ndarray
