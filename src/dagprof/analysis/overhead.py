@@ -54,10 +54,10 @@ def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], st
 
 
 def _by_rank(values: dict[int, int], rank: np.ndarray, missing: int) -> np.ndarray:
-    """``values.get(r, missing)`` for each rank r (a rank's id: 0 and up), as one table lookup."""
-    table = np.full(max(values, default=-1) + 2, missing, dtype=np.int64)  # the last slot: any rank not in ``values``
+    """``values.get(r, missing)`` for each rank r (a rank's id: 0 and up; -1 and below: none), as one table lookup."""
+    table = np.full(max(max(values, default=-1), int(rank.max(initial=-1))) + 2, missing, dtype=np.int32)
     table[list(values)] = list(values.values())
-    return table[np.where((rank >= 0) & (rank < len(table) - 1), rank, len(table) - 1)]
+    return table[np.maximum(rank, -1)]  # the last slot: no rank
 
 
 def _main_thread(g: Graph, v: np.ndarray, gap: np.ndarray, rank: np.ndarray, between: np.ndarray) -> dict[str, float]:
@@ -90,7 +90,7 @@ def _main_thread(g: Graph, v: np.ndarray, gap: np.ndarray, rank: np.ndarray, bet
     bare[ranged] = ids[UNMATCHED]
     bare[~between] += n
     bare[cut] = -1
-    keep = bare >= 0
+    keep = bare >= 0 if len(cut) else slice(None)  # no copies where no gap is cut (a run without host ranges)
     sums = np.bincount(bare[keep], weights=gap[keep], minlength=2 * n).astype(np.float64, copy=False)  # int when empty
     firsts = [(int(np.argmax(bare == k)), 0, k) for k in np.unique(bare[keep]).tolist()]  # (gap, order in it, key)
     del bare, keep
