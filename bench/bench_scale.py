@@ -7,8 +7,8 @@ Two modes, each measured in fresh processes (time, and peak RSS of the largest p
   traces included when asked, ``--write-traces``), and ``dagprof.load`` alone: its peak, the RSS it
   keeps per event after parsing (allocator slack included) and the bytes per event of the table's
   numpy columns and flows. Then ``dagprof analyze`` as a whole (time, peak RSS) and, in the same process, its walk of
-  the critical path's gaps in Python (``analysis.overhead.overhead_breakdown``, one Python step per main-thread gap on
-  the path): its wall and CPU time, and the most memory it allocated at once (tracemalloc, numpy's arrays included, in a
+  the critical path's gaps (``analysis.overhead.overhead_breakdown``, by array ops since branch overheadvec; one Python
+  step per main-thread gap before): its wall and CPU time, and the most memory it allocated at once (tracemalloc, numpy's arrays included, in a
   second call after the timed one, whose time is taken off analyze's; analyze's times are its ``main``'s, imports left out).
 - ``cluster --ranks 64,256,1024``: the real 8-rank DLRM set (``kineto-corpus/param/dlrm_kineto`` under
   ``--data``) replicated to N ranks: rank r is worker r mod 8 with ``distributedInfo`` rewritten, a
