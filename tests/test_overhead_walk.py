@@ -62,8 +62,10 @@ def test_the_breakdown_equals_a_walk_gap_by_gap(graph, matched, monkeypatch):
     for nodes in sets:
         got = overhead.overhead_breakdown(g, nodes, category)
         mine = [(k, x) for k, x in got.items() if k.startswith(("between steps: ", "in a step: "))]
-        want = sorted(((k, x) for k, x in _walk(g, nodes, prov).items() if x > 0), key=lambda kv: -kv[1])
-        assert mine == want
+        want = {k: x for k, x in _walk(g, nodes, prov).items() if x > 0}
+        # equal to the bit on Python 3.11; from 3.12 the walk's ``sum`` compensates, which may move a last bit
+        assert dict(mine) == pytest.approx(want, rel=1e-12, abs=1e-9)
+        assert [x for _, x in mine] == sorted((x for _, x in mine), reverse=True)
         assert sum(got.values()) == pytest.approx(float(g.gap[nodes][g.gap[nodes] > 0].sum()), rel=1e-9)
         labels |= set(got)
     assert (f"between steps: {UNTRACED}" in labels) == matched
