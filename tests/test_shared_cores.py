@@ -155,3 +155,20 @@ def test_optimize_json_and_text_say_it(capsys):
     for end in ("baseline", "best"):
         assert TERM in r[end]["interval_basis"]["terms"] and r[end]["lo_ms"] < r[end]["predicted_iter_ms"] < r[end]["hi_ms"]
     assert "include the shared-cores bounds (shared_cores)" in to_text(r)
+
+
+def test_the_demos_optimisation_text_says_it():
+    """The demo's own case, a 2-rank gloo DDP demo job on one host (tests/data/profiler-spike/hog-window, searched raw as
+    the demo searches): its optimisation lines print both intervals and the note that says what widened them."""
+    from dagprof.cli.cmd_demo import to_text
+    from dagprof.closeloop import find_strategy
+    from dagprof.demo import _summary
+    from dagprof.search.optimize import Options
+
+    run = str(DATA / "profiler-spike" / "hog-window")
+    with tempfile.TemporaryDirectory() as tmp:
+        found = find_strategy(run, Options(budget_s=60.0, max_candidates=40, patience=20), tmp, raw=True)
+        r = _summary(open_run(run), found, None, {}, run) | {"whatifs": [], "scaling_outlook": {}, "cluster": "loopback", "notes": []}
+    lines = to_text(r).splitlines()
+    assert any(ln.startswith("  predicted ") and "per step with the strategy; profiled setup" in ln for ln in lines)
+    assert sum(ln.startswith("  note: ") and f"include the shared-cores bounds ({TERM})" in ln for ln in lines) == 1
