@@ -257,14 +257,14 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     for name, s in (("baseline", base_full), ("best", best_full)):
         sg, res = full.score(s.candidate, keep=True)[1]
         intervals[name] = predict_interval(sg, res, s.iter_us * s.candidate.accumulate, residuals).scaled(1 / s.candidate.accumulate)
+    replayed = ev.replayed + (full.replayed if full is not ev else 0)  # the search's: the bounds' replays below are not candidates
     cores = _shared_cores(g, full, {"baseline": base_full, "best": best_full}, opts.link_model)
     if cores:
         notes.append(shared_cores_note(g, sum(max(b) > 0 for b in cores.values()), len(cores), Cluster(link_model=opts.link_model, slowdown=slowdown)))
     seeds_out = sorted({s.candidate: s for s in scored if s.candidate.codec.name == "none" and s.candidate.accumulate == 1}.values(),
                        key=lambda s: len(s.candidate.ends))
-    return SearchResult(base_full, best_full, order, cand_segments, ev.replayed + (full.replayed if full is not ev else 0),
-                        time.perf_counter() - t0, graph_world_size(g), seeds_out, notes, list(g.layers), opts.overlap_slowdown or 0.0, reason,
-                        intervals, shared_cores=cores)
+    return SearchResult(base_full, best_full, order, cand_segments, replayed, time.perf_counter() - t0, graph_world_size(g), seeds_out, notes,
+                        list(g.layers), opts.overlap_slowdown or 0.0, reason, intervals, shared_cores=cores)
 
 
 def _shared_cores(g: Graph, full: Evaluator, ends: dict[str, Scored], link_model: str | None) -> dict[str, tuple[float, float]]:
