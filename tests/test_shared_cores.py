@@ -99,3 +99,76 @@ def test_whatif_puts_the_bounds_the_testbed_cell_puts():
         assert a.interval.hi_us - b.interval.hi_us == pytest.approx(bench[c].hi_us - bare[c].hi_us, rel=1e-6)
         assert b.interval.lo_us - a.interval.lo_us == pytest.approx(bare[c].lo_us - bench[c].lo_us, rel=1e-6)
         assert bench[c].hi_us > bare[c].hi_us and bench[c].lo_us < bare[c].lo_us
+
+
+def _search(g, run):
+    from dagprof.search.optimize import Options, search_run
+
+    return search_run(run, g, Options(budget_s=60.0, max_candidates=40, patience=20))
+
+
+def test_optimize_prices_the_bounds_for_both_ends_search_unchanged(loopback):
+    """``search``'s strategy intervals take the term where ``whatif`` would (every rank on one host, the link kept): the
+    baseline's and the best candidate's bounds; the same profile without recorded hosts gets none, and the search finds
+    the same candidates at the same points either way."""
+    on, off = _search(loopback.graph, loopback.run), _search(_unhosted(loopback.graph), loopback.run)
+    assert set(on.shared_cores) == {"baseline", "best"} and off.shared_cores == {}
+    assert all(above > 0 and below >= 0 for above, below in on.shared_cores.values())
+    assert on.best.candidate == off.best.candidate and on.best.iter_us == off.best.iter_us and on.baseline.iter_us == off.baseline.iter_us
+    assert on.intervals == off.intervals  # the search's own intervals: the bounds are added after the level (find_strategy)
+    assert sum("include the shared-cores bounds (shared_cores)" in n for n in on.notes) == 1
+    assert not any("shared-cores bounds" in n for n in off.notes)
+
+
+def test_find_strategy_adds_the_bounds_after_the_level_and_verify_says_it(monkeypatch):
+    """``find_strategy``'s intervals are the level-widened ones with the bounds added at both ends (points kept), and
+    ``--verify``'s report, which holds the measured strategy against the best's interval, says the bounds are in it."""
+    import dagprof.closeloop as cl
+    from dagprof.cli.cmd_optimize import verification_lines
+    from dagprof.collect.jobs.verify import Verification
+    from dagprof.search.optimize import Options
+
+    opts = Options(budget_s=60.0, max_candidates=40, patience=20)
+    with tempfile.TemporaryDirectory() as tmp:
+        found = cl.find_strategy(str(LOOPBACK), opts, tmp)
+        monkeypatch.setattr(cl, "add_bounds", lambda iv, bounds: iv)
+        bare = cl.find_strategy(str(LOOPBACK), opts, tmp)
+    res = found.search
+    for name, iv in res.intervals.items():
+        above, below = res.shared_cores[name]
+        plain = bare.search.intervals[name]
+        assert TERM in iv.terms and TERM not in plain.terms and iv.point_us == plain.point_us
+        assert iv.hi_us == pytest.approx(plain.hi_us + above, rel=1e-9)
+        assert iv.lo_us == pytest.approx(max(plain.lo_us - below, 0.0), rel=1e-9)
+    v = cl.Checked(Verification([50.0, 52.0, 51.0], [49.0, 50.0, 48.0]), res.speedup, [res.speedup] * 3,
+                   interval=res.intervals["best"]).to_dict()
+    assert TERM in v["predicted_strategy"]["interval_basis"]["terms"]
+    assert any("with the shared-cores bounds" in ln for ln in verification_lines(v))
+
+
+def test_optimize_json_and_text_say_it(capsys):
+    from dagprof.cli.cmd_optimize import to_text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assert main(["optimize", str(LOOPBACK), "--json", "-o", tmp]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for end in ("baseline", "best"):
+        assert TERM in r[end]["interval_basis"]["terms"] and r[end]["lo_ms"] < r[end]["predicted_iter_ms"] < r[end]["hi_ms"]
+    assert "include the shared-cores bounds (shared_cores)" in to_text(r)
+
+
+def test_the_demos_optimisation_text_says_it():
+    """The demo's own case, a 2-rank gloo DDP demo job on one host (tests/data/profiler-spike/hog-window, searched raw as
+    the demo searches): its optimisation lines print both intervals and the note that says what widened them."""
+    from dagprof.cli.cmd_demo import to_text
+    from dagprof.closeloop import find_strategy
+    from dagprof.demo import _summary
+    from dagprof.search.optimize import Options
+
+    run = str(DATA / "profiler-spike" / "hog-window")
+    with tempfile.TemporaryDirectory() as tmp:
+        found = find_strategy(run, Options(budget_s=60.0, max_candidates=40, patience=20), tmp, raw=True)
+        r = _summary(open_run(run), found, None, {}, run) | {"whatifs": [], "scaling_outlook": {}, "cluster": "loopback", "notes": []}
+    lines = to_text(r).splitlines()
+    assert any(ln.startswith("  predicted ") and "per step with the strategy; profiled setup" in ln for ln in lines)
+    assert sum(ln.startswith("  note: ") and f"include the shared-cores bounds ({TERM})" in ln for ln in lines) == 1

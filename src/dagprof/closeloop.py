@@ -26,6 +26,7 @@ from .passes.profiler_cost import correct_profiler_cost, measure_profiler_cost
 from .pipeline import Profiled, open_run
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
+from .search.shared_cores import add_bounds
 from .search.whatif import MODEL_TOLERANCE_PCT
 
 STRATEGY_FILE = "strategy.json"
@@ -51,7 +52,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     it (a wire-bound DDP step), the compute is brought to the training threads' CPU pace after the window where that fell
     (``passes.profiler_cost.correct_profiler_cost``'s ``pace_after_window``, which ``whatif`` leaves off, saying so): a
     strategy that takes the wire away runs at that pace. The intervals are widened
-    by the level the search's model stands on (``analysis.interval.run_level``).
+    by the level the search's model stands on (``analysis.interval.run_level``), then, on a one-host loopback profile, take
+    the ``shared_cores`` bounds the search found (``SearchResult.shared_cores``).
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
     if prof.graph.meta.framework is not None:  # its knobs are not DDP's buckets or FSDP's resharding
@@ -77,6 +79,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     # the search's own model, checked above; each interval's level by its graph's compute (``RunLevel.for_compute``)
     profiled_share = res.intervals["baseline"].compute_share if res.intervals else 0.0
     res.intervals = res.intervals and {name: iv.widened(level.for_compute(iv.compute_share, profiled_share)) for name, iv in res.intervals.items()}
+    if isinstance(res, SearchResult) and res.intervals:  # bounds, added after the level's spreads (as whatif adds them)
+        res.intervals = {name: add_bounds(iv, res.shared_cores[name]) if name in res.shared_cores else iv for name, iv in res.intervals.items()}
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
     return Found(prof, res, strategy, path, opts.link_model)

@@ -23,6 +23,7 @@ from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
 from .search.optimize import Options
 from .search.scenario import Scenario
+from .search.shared_cores import TERM
 from .search.whatif import evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
@@ -101,6 +102,12 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
     return {"table_columns": ["setup", "buckets", "codec", "predicted ms", "measured ms (median of rounds)"], "table": rows, "summary": summary}
 
 
+def interval_notes(notes: list[str]) -> list[str]:
+    """The search's notes that say what its intervals hold beyond the replayed steps: the ``shared_cores`` bounds of the
+    demo's own case (gloo ranks on one host's loopback), which widen the table's intervals well past the steps' spread."""
+    return [n for n in notes if f"({TERM})" in n]
+
+
 def verdict(checked: Checked) -> str:
     """The measured gain against the prediction, in words."""
     d = checked.to_dict()
@@ -152,6 +159,8 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
         inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
     if notes:
         inp.optimisation["summary"] += " " + " ".join(notes[:1]).capitalize() + "."
+    for n in interval_notes(found.search.notes):
+        inp.optimisation["summary"] += f" The intervals: {n}."
     for w in found.search.warnings:
         inp.optimisation["summary"] += f" Warning: {w}."
     return inp

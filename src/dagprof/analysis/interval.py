@@ -35,7 +35,8 @@ Spread between the point (the replayed steps' median) and a run's median (indepe
   without the slowdown its own collectives may have put on it. Its scatter between repeats (0-3 per unit of overlap)
   kept it out of the point, which on fresh rounds it overshot. ``whatif`` puts it where the profile records every rank
   on one host and the row keeps that host's link (``on_shared_cores``: no ``--bandwidth``, ``--latency``, ``--link-to``,
-  ``--topology``, ``--profiled-bandwidth`` or ``--half-duplex``), ``bench/testbed/run.py`` on its unshaped cells.
+  ``--topology``, ``--profiled-bandwidth`` or ``--half-duplex``), ``optimize`` on both ends of a DDP search of such a
+  profile (``--verify`` holds the measured strategy against that interval), ``bench/testbed/run.py`` on its unshaped cells.
 
 The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
 and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).

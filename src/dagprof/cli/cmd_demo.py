@@ -4,7 +4,7 @@ import os
 import shutil
 import tempfile
 
-from ..demo import DemoSettings, run_demo
+from ..demo import DemoSettings, interval_notes, run_demo
 from ..errors import DagprofError
 from ..fsutil import Staged, staged_folder
 from ..units import count
@@ -75,6 +75,9 @@ def to_text(r: dict) -> str:
     o = r["optimisation"]
     lines.append(f"optimisation ({count(o['candidates_replayed'], 'candidate')} replayed): {o['summary']}")
     lines += [f"  caveat: {c}" for c in o["caveats"]]
+    if "interval" in o["best"]:
+        lines.append(f"  predicted {o['best']['interval']} per step with the strategy; profiled setup {o['baseline']['interval']}")
+    lines += [f"  note: {n}" for n in interval_notes(o["notes"])]
     if o["applied"]:
         lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]
     lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]

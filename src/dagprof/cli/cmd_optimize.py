@@ -8,6 +8,7 @@ from ..collect.jobs.verify import ROUNDS
 from ..errors import DagprofError
 from ..progress import bar, shown
 from ..search.optimize import POWERSGD_RANKS, WORTH_APPLYING_PCT
+from ..search.shared_cores import TERM
 from ..traces.run_schema import FSDP2_API
 from ..units import count, parse_size
 from .common import add_out_argument, add_run_arguments, bandwidth, comma_list, finite_non_negative, outputs, positive_int, seconds
@@ -195,7 +196,9 @@ def verification_lines(v: dict) -> list[str]:
             f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",
             *([f"  the model's change: {v['predicted_change']}"] if v.get("predicted_change") else []),
             *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
-               f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"] if v.get("predicted_strategy") else []),
+               f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"
+               + (f" (with the shared-cores bounds, {TERM}: see the note)" if TERM in v["predicted_strategy"]["interval_basis"]["terms"] else "")]
+              if v.get("predicted_strategy") else []),
             *(["  where the strategy run departed from the model:"] + [f"    {ln}" for ln in v["where_it_departs"]]
               if v["where_it_departs"] else []),
             *([f"  {v['dropped_summary']}"] if v.get("dropped_summary") else [])]

@@ -53,6 +53,7 @@ from ..passes.comm import current_topology, set_topology
 from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.link_fit import graph_world_size
+from ..passes.overlap import core_bound_slowdown
 from ..passes.recompute import Segment, segments
 from ..traces.events import Kind, Run
 from ..units import MB
@@ -62,6 +63,8 @@ from .evaluate import Evaluator, Scored
 from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
 from .memory import MemoryModel, autograd_host
 from .memory_fit import fit_memory
+from .scenario import Cluster, Scenario
+from .shared_cores import comm_slowdown_beside, on_shared_cores, shared_cores_bounds, shared_cores_note, unslowed_profile
 
 __all__ = ["Candidate", "Options", "Priced", "Progress", "Scored", "SearchResult", "WORTH_APPLYING_PCT", "predict_run", "search", "search_run"]
 
@@ -144,6 +147,9 @@ class SearchResult(Gain):
     intervals: dict[str, PredictionInterval] | None = None  # "baseline", "best": each step replayed (per micro-batch)
     model_error_pct: float | None = None  # the baseline against the measured run (closeloop.find_strategy); None: not measured
     warnings: list[str] = field(default_factory=list)  # said above the notes: what makes the prediction less sure
+    # "baseline", "best": the ``shared_cores`` bounds (above, below; us per micro-batch, ``search.shared_cores``), added to the
+    # intervals once the level has widened them (``closeloop.find_strategy``); empty where the term does not apply
+    shared_cores: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def worth_applying(self) -> bool:
@@ -251,11 +257,33 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     for name, s in (("baseline", base_full), ("best", best_full)):
         sg, res = full.score(s.candidate, keep=True)[1]
         intervals[name] = predict_interval(sg, res, s.iter_us * s.candidate.accumulate, residuals).scaled(1 / s.candidate.accumulate)
+    replayed = ev.replayed + (full.replayed if full is not ev else 0)  # the search's: the bounds' replays below are not candidates
+    cores = _shared_cores(g, full, {"baseline": base_full, "best": best_full}, opts.link_model)
+    if cores:
+        notes.append(shared_cores_note(g, sum(max(b) > 0 for b in cores.values()), len(cores), Cluster(link_model=opts.link_model, slowdown=slowdown)))
     seeds_out = sorted({s.candidate: s for s in scored if s.candidate.codec.name == "none" and s.candidate.accumulate == 1}.values(),
                        key=lambda s: len(s.candidate.ends))
-    return SearchResult(base_full, best_full, order, cand_segments, ev.replayed + (full.replayed if full is not ev else 0),
-                        time.perf_counter() - t0, graph_world_size(g), seeds_out, notes, list(g.layers), opts.overlap_slowdown or 0.0, reason,
-                        intervals)
+    return SearchResult(base_full, best_full, order, cand_segments, replayed, time.perf_counter() - t0, graph_world_size(g), seeds_out, notes,
+                        list(g.layers), opts.overlap_slowdown or 0.0, reason, intervals, shared_cores=cores)
+
+
+def _shared_cores(g: Graph, full: Evaluator, ends: dict[str, Scored], link_model: str | None) -> dict[str, tuple[float, float]]:
+    """Each of ``ends``' ``shared_cores`` bounds (``search.shared_cores``, as ``whatif`` puts them on a row that keeps the
+    profile's link) where the profile ``g`` (on its fitted link) ran every rank on one host (``on_shared_cores``): the
+    candidate's step on ``full`` and, where the search charged no slowdown beside collectives, the same candidate on the
+    profile with its compute undisturbed at the cores' bound (``unslowed_profile``) for the low end. Empty elsewhere."""
+    if not ends or not on_shared_cores(g, Scenario(), Cluster()):
+        return {}
+    comm = comm_slowdown_beside(g, link_model)
+    unslowed = None if full.slowdown else Evaluator(unslowed_profile(g, g, g), full.order, full.costs, full.segments, None,
+                                                    recompute=full.recompute, comm_rate=full.comm_rate, chained=full.chained)
+    out = {}
+    for name, s in ends.items():
+        sg, res = full.score(s.candidate, keep=True)[1]
+        ug = None if unslowed is None else unslowed.score(s.candidate, keep=True)[1][0]
+        above, below = shared_cores_bounds(sg, res, comm, 0.0 if full.slowdown else core_bound_slowdown(g), ug)
+        out[name] = (above / s.candidate.accumulate, below / s.candidate.accumulate)
+    return out
 
 
 def _fold(g: Graph, opts: Options) -> tuple[Graph, str | None]:

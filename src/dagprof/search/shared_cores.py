@@ -2,7 +2,8 @@
 copying and summing over one host's loopback), priced by a link timed alone, share the cores with the compute beside
 them, each slower beside the other by an amount no profile measures. The point leaves it out (charged in the point,
 fresh testbed rounds came out 7-28 % slow); the interval carries it as bounds. One computation for every caller:
-``search.whatif`` (where the profile records it: ``on_shared_cores``) and ``bench/testbed/run.py`` (its unshaped cells).
+``search.whatif`` and ``search.optimize``'s strategy intervals (where the profile records it: ``on_shared_cores``) and
+``bench/testbed/run.py`` (its unshaped cells).
 """
 from __future__ import annotations
 
@@ -49,15 +50,26 @@ def unslowed_profile(stepwise: Graph, model: Graph, g: Graph) -> Graph:
     return undisturb(stepwise, model, Cluster(slowdown=core_bound_slowdown(g)))
 
 
+def shared_cores_bounds(g: Graph, res: ReplayResult, comm_slowdown: float, compute_slowdown: float,
+                        unslowed: Graph | None = None) -> tuple[float, float]:
+    """The ``shared_cores`` bounds of the scenario ``g`` (replayed as ``res``), us: how far above its median step the high
+    end reaches (``shared_cores_bound_us``) and, given ``unslowed`` (the same scenario built from ``unslowed_profile``,
+    where no slowdown beside the profiled link was measured), how far below it the low end reaches (its median step)."""
+    above = shared_cores_bound_us(g, res, comm_slowdown, compute_slowdown)
+    below = 0.0 if unslowed is None else typical_iteration_us(g, res) - typical_iteration_us(unslowed, replay(unslowed))
+    return above, below
+
+
+def add_bounds(iv: PredictionInterval, bounds: tuple[float, float]) -> PredictionInterval:
+    """``iv`` with ``shared_cores_bounds``' (above, below) added, after every spread (``dagprof optimize`` adds them once
+    the level has widened its intervals, as ``whatif`` does). Points unchanged."""
+    return iv.above(bounds[0], TERM).below(bounds[1], TERM)
+
+
 def with_shared_cores(iv: PredictionInterval, g: Graph, res: ReplayResult, comm_slowdown: float, compute_slowdown: float,
                       unslowed: Graph | None = None) -> PredictionInterval:
-    """``iv`` (the scenario ``g``, replayed as ``res``) with the ``shared_cores`` bounds: the high end up by
-    ``shared_cores_bound_us``, and, given ``unslowed`` (the same scenario built from ``unslowed_profile``, where no
-    slowdown beside the profiled link was measured), the low end down to its median step. Points unchanged."""
-    iv = iv.above(shared_cores_bound_us(g, res, comm_slowdown, compute_slowdown), TERM)
-    if unslowed is not None:
-        iv = iv.below(typical_iteration_us(g, res) - typical_iteration_us(unslowed, replay(unslowed)), TERM)
-    return iv
+    """``iv`` (the scenario ``g``, replayed as ``res``) with the ``shared_cores`` bounds (``shared_cores_bounds``)."""
+    return add_bounds(iv, shared_cores_bounds(g, res, comm_slowdown, compute_slowdown, unslowed))
 
 
 def one_host(g: Graph) -> str | None:
