@@ -343,7 +343,8 @@ class PredictionInterval:
         below, above = self._sides()
         lo = math.sqrt(max(below, at_least) ** 2 + below2) + max(-shift, 0.0)
         hi = math.sqrt(max(above, at_least) ** 2 + above2) + max(shift, 0.0)
-        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + terms,
+        new = tuple(t for t in terms if t not in self.terms)
+        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + new,
                        floor=self.floor if floor is None else floor)
 
     def to_dict(self) -> dict:
