@@ -64,7 +64,7 @@ from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_ove
 from .memory import MemoryModel, autograd_host
 from .memory_fit import fit_memory
 from .scenario import Cluster, Scenario
-from .shared_cores import comm_slowdown_beside, on_shared_cores, shared_cores_bounds, shared_cores_note, unslowed_profile
+from .shared_cores import CoreBounds, comm_slowdown_beside, on_shared_cores, shared_cores_bounds, shared_cores_note, unslowed_profile
 
 __all__ = ["Candidate", "Options", "Priced", "Progress", "Scored", "SearchResult", "WORTH_APPLYING_PCT", "predict_run", "search", "search_run"]
 
@@ -149,7 +149,7 @@ class SearchResult(Gain):
     warnings: list[str] = field(default_factory=list)  # said above the notes: what makes the prediction less sure
     # "baseline", "best": the ``shared_cores`` bounds (above, below; us per micro-batch, ``search.shared_cores``), added to the
     # intervals once the level has widened them (``closeloop.find_strategy``); empty where the term does not apply
-    shared_cores: dict[str, tuple[float, float]] = field(default_factory=dict)
+    shared_cores: dict[str, CoreBounds] = field(default_factory=dict)
 
     @property
     def worth_applying(self) -> bool:
@@ -267,11 +267,13 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
                         list(g.layers), opts.overlap_slowdown or 0.0, reason, intervals, shared_cores=cores)
 
 
-def _shared_cores(g: Graph, full: Evaluator, ends: dict[str, Scored], link_model: str | None) -> dict[str, tuple[float, float]]:
+def _shared_cores(g: Graph, full: Evaluator, ends: dict[str, Scored], link_model: str | None) -> dict[str, CoreBounds]:
     """Each of ``ends``' ``shared_cores`` bounds (``search.shared_cores``, as ``whatif`` puts them on a row that keeps the
     profile's link) where the profile ``g`` (on its fitted link) ran every rank on one host (``on_shared_cores``): the
     candidate's step on ``full`` and, where the search charged no slowdown beside collectives, the same candidate on the
-    profile with its compute undisturbed at the cores' bound (``unslowed_profile``) for the low end. Empty elsewhere."""
+    profile with its compute undisturbed at the cores' bound (``unslowed_profile``) for the low end. Empty elsewhere.
+    Each end is replayed again here, not handed over from the intervals: an evaluator's replay shares its template's
+    buffers, so the first end's result is overwritten by the second's replay."""
     if not ends or not on_shared_cores(g, Scenario(), Cluster()):
         return {}
     comm = comm_slowdown_beside(g, link_model)
@@ -282,7 +284,7 @@ def _shared_cores(g: Graph, full: Evaluator, ends: dict[str, Scored], link_model
         sg, res = full.score(s.candidate, keep=True)[1]
         ug = None if unslowed is None else unslowed.score(s.candidate, keep=True)[1][0]
         above, below = shared_cores_bounds(sg, res, comm, 0.0 if full.slowdown else core_bound_slowdown(g), ug)
-        out[name] = (above / s.candidate.accumulate, below / s.candidate.accumulate)
+        out[name] = CoreBounds(above / s.candidate.accumulate, below / s.candidate.accumulate)
     return out
 
 

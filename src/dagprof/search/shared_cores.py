@@ -7,6 +7,8 @@ fresh testbed rounds came out 7-28 % slow); the interval carries it as bounds. O
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..analysis.interval import PredictionInterval, typical_iteration_us
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
@@ -18,6 +20,13 @@ from .measured import overlap_of
 from .scenario import Cluster, Scenario, undisturb
 
 TERM = "shared_cores"
+
+
+class CoreBounds(NamedTuple):
+    """How far the ``shared_cores`` bounds reach from a scenario's median step, us (``shared_cores_bounds``)."""
+
+    above_us: float  # the high end's reach above it
+    below_us: float  # the low end's reach below it (0: no unslowed scenario given)
 
 
 def shared_cores_bound_us(g: Graph, res: ReplayResult, comm_slowdown: float, compute_slowdown: float) -> float:
@@ -51,19 +60,19 @@ def unslowed_profile(stepwise: Graph, model: Graph, g: Graph) -> Graph:
 
 
 def shared_cores_bounds(g: Graph, res: ReplayResult, comm_slowdown: float, compute_slowdown: float,
-                        unslowed: Graph | None = None) -> tuple[float, float]:
+                        unslowed: Graph | None = None) -> CoreBounds:
     """The ``shared_cores`` bounds of the scenario ``g`` (replayed as ``res``), us: how far above its median step the high
     end reaches (``shared_cores_bound_us``) and, given ``unslowed`` (the same scenario built from ``unslowed_profile``,
     where no slowdown beside the profiled link was measured), how far below it the low end reaches (its median step)."""
     above = shared_cores_bound_us(g, res, comm_slowdown, compute_slowdown)
     below = 0.0 if unslowed is None else typical_iteration_us(g, res) - typical_iteration_us(unslowed, replay(unslowed))
-    return above, below
+    return CoreBounds(above, below)
 
 
-def add_bounds(iv: PredictionInterval, bounds: tuple[float, float]) -> PredictionInterval:
-    """``iv`` with ``shared_cores_bounds``' (above, below) added, after every spread (``dagprof optimize`` adds them once
-    the level has widened its intervals, as ``whatif`` does). Points unchanged."""
-    return iv.above(bounds[0], TERM).below(bounds[1], TERM)
+def add_bounds(iv: PredictionInterval, bounds: CoreBounds) -> PredictionInterval:
+    """``iv`` with ``bounds`` added, after every spread (``dagprof optimize`` adds them once the level has widened its
+    intervals, as ``whatif`` does). Points unchanged."""
+    return iv.above(bounds.above_us, TERM).below(bounds.below_us, TERM)
 
 
 def with_shared_cores(iv: PredictionInterval, g: Graph, res: ReplayResult, comm_slowdown: float, compute_slowdown: float,
