@@ -22,7 +22,7 @@ prices them by their own measured rates (a file without them: at the copy-out's)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,13 +61,20 @@ def step_ratio(plain: StepFit, dtensor: StepFit, tensors: int, nbytes: float, wo
     return dtensor.us(tensors, nbytes / max(world, 1)) / whole if whole > 0 else 1.0 / max(world, 1)
 
 
+class StepFits(NamedTuple):
+    """AdamW's step on plain tensors and on DTensor shards, one torch version (``DTENSOR_STEP``)."""
+
+    plain: StepFit
+    dtensor: StepFit
+
+
 # torch version (major.minor) -> (plain, DTensor) fits of AdamW's step in CPU time, 2 gloo ranks: bench/dtensor_optimizer.py
 # under the lock, not fitted to any job. Without a calibrate --fsdp file, a DDP profile prices FSDP2's step as its own step
 # times their ratio at the job's tensors and bytes (the profile's step holds its machine's speed and load's waits, the ratio
 # what DTensor adds per op); a version not here is not priced and says so. torch 2.13 (2026-12-05 07:46-07:47, load 2.6-3.7,
 # two runs of 3 rounds pooled; each run's own fits gave 8.26 / 8.44x at 31 tensors of 377 KiB): DTensor 527 us a tensor
 # (13.6-19.2 ms for 32 of 4 KiB), plain 37.
-DTENSOR_STEP = {"2.13": (StepFit(37.15, 0.002163), StepFit(526.8, 0.001192))}
+DTENSOR_STEP = {"2.13": StepFits(StepFit(37.15, 0.002163), StepFit(526.8, 0.001192))}
 
 
 def dtensor_step_ratio(torch_minor: str, tensors: int, nbytes: float, world: int) -> float | None:

@@ -71,13 +71,13 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     mstart: list[float] = []  # measured times on the shared clock (us), for the gaps
     mend: list[float] = []
 
-    labels: list[tuple[str, Kind]] = []  # per node: its name and kind
+    names: list[str] = []  # per node
 
     def node(name: str, kind: Kind, s: float, e: float, **kw) -> int:
         v = b.add_node(name, kind, dur=max(e - s, 0.0), order=s, **kw)
         mstart.append(s)
         mend.append(e)
-        labels.append((name, kind))
+        names.append(name)
         return v
 
     def front_lane(t: RankTrace, step: int, mark: int, calls: np.ndarray, pulls: list[_PullIn], engine: list[int]) -> list[tuple[int, int]]:
@@ -86,7 +86,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         before); an array's ``WaitForVar`` after the call it ran in."""
         ev, base, r = t.events, t.base_ns / 1e3, t.rank
         spans = sorted((base + float(ev.start[i]), base + float(ev.start[i] + ev.dur[i]), ev.name_of(i)) for i in calls)
-        plan, waits = _front_plan(spans, [p.issued for p in pulls], [(mstart[u], labels[u][0]) for u in engine])
+        plan, waits = _front_plan(spans, [p.issued for p in pulls], [(mstart[u], names[u]) for u in engine])
         out, nodes, prev = [], [], mark
         for is_pull, i in plan:
             if is_pull:

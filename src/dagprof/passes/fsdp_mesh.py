@@ -490,7 +490,7 @@ def _host_step_fit(g: Graph) -> StepFit | None:
     if g.meta.fsdp.api != FSDP2_API or any(d.kind == DeviceKind.COMPUTE and d.rank >= 0 for d in g.devices):
         return None
     fits = DTENSOR_STEP.get(g.meta.torch_minor)
-    return fits[1] if fits else None
+    return fits.dtensor if fits else None
 
 
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:

@@ -381,7 +381,7 @@ def fit_topology(g: Graph, fit: LinkFit | None = None) -> Topology:
     fit = fit or link_fit(g)
     link = fit.link
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
-    overhead = 2 * (max(n, 2) - 1) * link.alpha_us
+    overhead = _collective_overhead_us(g, fit)
     kinds = fit.kinds or (profiled_kinds(g, overhead, fit) if fit.weak is None else ())
     t = Topology(max(n, 1), 1, wire, wire, overhead, kinds, half_duplex=g.meta.half_duplex)
     if g.meta.wire_bytes_per_s is None:
@@ -463,7 +463,12 @@ def floored_kinds(g: Graph, fit: LinkFit) -> tuple[str, ...]:
     """The kinds whose own links (``profiled_kinds``) the wire floored (``wire_floor``), on ``fit``'s overhead."""
     if fit.kinds or fit.weak is not None or wire_floor(g) is None:
         return ()
-    return tuple(kind for kind, _, floored in _kind_links(g, 2 * (max(priced_world_size(g), 2) - 1) * fit.link.alpha_us, fit) if floored)
+    return tuple(kind for kind, _, floored in _kind_links(g, _collective_overhead_us(g, fit), fit) if floored)
+
+
+def _collective_overhead_us(g: Graph, fit: LinkFit) -> float:
+    """The fitted latency as a per-collective overhead (``fit_topology``): the ring's 2(N-1) steps' at the priced world size."""
+    return 2 * (max(priced_world_size(g), 2) - 1) * fit.link.alpha_us
 
 
 def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, AlphaBeta, bool]]:

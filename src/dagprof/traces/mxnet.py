@@ -426,7 +426,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
                 layer = cands[q]
         engine.append(rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer))
     calls = dict.fromkeys(step_ids, 0)
-    within = -np.inf  # the end of the last front-end call kept: one nested in it (``MXInvokeCachedOp`` in its ``Ex``) is its
+    within = -np.inf  # the end of the last front-end call kept: one nested in it (``MXInvokeCachedOp`` in its ``Ex``) is left out
     for a in api:  # the Python thread's push calls, in key order, its row_sparse pulls and its front-end calls
         step = step_of(a.start)
         if step >= 0 and a.name in FRONT_CALLS:
