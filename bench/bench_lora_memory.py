@@ -23,6 +23,8 @@ import pathlib
 import subprocess
 import sys
 
+from whatif_cli import Refused, whatif_json
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "fsdp_fresh" / "lora_finetune.py"
 JOB = ["--width", "128", "--layers", "2", "--batch", "4", "--seq", "32", "--steps", "8"]
@@ -48,12 +50,10 @@ def record(out: pathlib.Path) -> None:
 
 def whatif(src: pathlib.Path, run: pathlib.Path, extra: list[str]) -> dict | str:
     """The what-if's ``--json`` answer by the dagprof in ``src``, or its one-line refusal."""
-    out = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", str(run), *extra, "--no-trace", "--allow-model-error",
-                          "--optimizer-state", "adam", "--json"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)})
     try:
-        return json.loads(out.stdout)
-    except ValueError:
-        return "refused: " + (out.stderr.strip().splitlines() or ["?"])[-1][:60]
+        return whatif_json(str(run), *extra, "--optimizer-state", "adam", src=str(src))
+    except Refused as e:
+        return f"refused: {str(e)[:60]}"
 
 
 def cell(name: str, answer: dict | str, measured_mib: float, measured_ms: float) -> str:

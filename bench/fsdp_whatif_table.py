@@ -38,7 +38,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fsdp import HERE, RATES, WARMUP, job, measured_peak  # noqa: E402
+from whatif_cli import Refused, whatif_json  # noqa: E402
 
 FRESH = ["--model", "tiedlm", "--blocks", "6", "--width", "128", "--vocab", "2048", "--seq", "64", "--reshard", "default"]
 PROFILES = {"fsdp": [], "ddp": ["--ddp"]}  # each round's two profiles, 2 ranks at 1 Gbit/s
@@ -125,12 +125,10 @@ def part12(rounds: int, steps: int, keep: str | None, links: list[str]) -> list[
 
 def whatif(run: str, args: tuple[str, ...]) -> dict:
     """``dagprof whatif RUN ARGS --json`` of this tree, its first scenario and the profile's model error."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
-    done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", run, *args, "--json", "--no-trace",
-                           "--allow-model-error"], capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise SystemExit(f"whatif {run} {' '.join(args)}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-    doc = json.loads(done.stdout)
+    try:
+        doc = whatif_json(run, *args, src=os.path.join(os.path.dirname(HERE), "src"))
+    except Refused as e:
+        raise SystemExit(f"whatif {run} {' '.join(args)}: {e}") from None
     return doc["scenarios"][0] | {"model_error_pct": doc["model_error_pct"]}
 
 

@@ -17,10 +17,12 @@ import argparse
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from whatif_cli import Refused, whatif_json  # noqa: E402
 
 WITHIN_PCT = 8.0  # issue 16's goal for DDP -> FSDP
 
@@ -37,13 +39,12 @@ def pairs_of(arg: str) -> list[tuple[str, str]]:
     return found
 
 
-def whatif(src: str | None, *args: str) -> dict:
-    env = dict(os.environ, **({"PYTHONPATH": src} if src else {}))
-    done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", *args, "--no-trace", "--allow-model-error", "--json"],
-                          capture_output=True, text=True, env=env)
-    if done.returncode:
-        return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
-    return json.loads(done.stdout)
+def whatif(src: str | None, run: str, *args: str) -> dict:
+    """The what-if's answer, or {"error": its refusal}."""
+    try:
+        return whatif_json(run, *args, src=src)
+    except Refused as e:
+        return {"error": str(e)}
 
 
 def judge(ddp: str, fsdp: str, src: str | None) -> dict:

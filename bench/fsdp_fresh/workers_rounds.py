@@ -20,15 +20,16 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, SRC)
 sys.path.insert(0, os.path.join(HERE, "..", "ddp_fresh"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 from link_check import step_ms  # noqa: E402  (the slowest rank's median step after the first third)
+from whatif_cli import Refused, whatif_json  # noqa: E402
 
 from dagprof.collect.jobs.launch import Bootstrap, launch  # noqa: E402
 from dagprof.collect.jobs.netns import Cluster  # noqa: E402
@@ -46,11 +47,10 @@ def run_cell(cluster: Cluster, name: str, cell: str, out: str, steps: int) -> No
 
 
 def whatif(run: str, *extra: str, src: str = SRC) -> dict:
-    done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", run, *extra, "--allow-model-error", "--no-trace", "--json"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src})
-    if done.returncode:
-        raise SystemExit(f"whatif failed on {run}: {done.stderr.strip()[-400:]}")
-    return json.loads(done.stdout)
+    try:
+        return whatif_json(run, *extra, src=src)
+    except Refused as e:
+        raise SystemExit(f"whatif failed on {run}: {e}") from None
 
 
 def peak_mb(row: dict) -> float | None:
