@@ -15,8 +15,8 @@ over the profiled setup's job (``(p / p0) / (m / m0) - 1``), the what-if's own e
 (the profile against that round's unprofiled job) taken out; DDP -> FSDP's is over the DDP profile's own prediction and
 the DDP job.
 
-Not measured here: ``--latency`` (this kernel has no netem: ``collect.jobs.netns``) and ``--prefetch`` (refused for FSDP:
-gloo runs one all-gather at a time on CPU).
+Not measured here: ``--latency`` (this kernel has no netem: ``collect.jobs.netns``) and ``--prefetch`` (refused for FSDP
+in a line that says the depth changes nothing on CPU/gloo: ``bench/fsdp_prefetch_rounds.py`` measures that).
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 12 [--rounds 2] --steps 24 --keep DIR  # rounds add to DIR's
     .venv/bin/python bench/bench_fsdp.py --part 12 --offline DIR  # the table again from the kept rounds (this code)

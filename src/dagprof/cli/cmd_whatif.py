@@ -10,7 +10,7 @@ import os
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..passes.average_steps import average_steps
-from ..passes.fsdp import refuse_unmodelled
+from ..passes.fsdp import refuse_prefetch
 from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..replay import replay
@@ -48,7 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--first-bucket-mb", type=positive_number, default=None,
                    help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
-    p.add_argument("--prefetch", metavar="X", help="FSDP all-gathers in flight: not modelled yet, refused in one line")
+    p.add_argument("--prefetch", metavar="X", help="FSDP prefetch depth: refused in one line that says why (on CPU/gloo the "
+                   "depth was measured to change nothing: one all-gather in flight at any depth)")
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="--data-parallel fsdp from a DDP profile: optimizer state per parameter, for the memory (default momentum: one copy)")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
@@ -95,7 +96,7 @@ def _evaluate(args, folder: str | None) -> dict:
         if degree is not None:
             refuse_degree(prof.graph, dim, degree, flag)
     if args.prefetch is not None:
-        refuse_unmodelled(prof.graph, ["prefetch"])
+        refuse_prefetch(prof.graph)
     # DDP -> FSDP takes --reshard-after-forward (passes.data_parallel.to_data_parallel) where every row asks for FSDP
     converted = {"reshard_after_forward"} if args.data_parallel and "ddp" not in args.data_parallel else set()
     fsdp_only = [f for f, given in (("--prefetch", args.prefetch),

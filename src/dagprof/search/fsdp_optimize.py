@@ -20,8 +20,9 @@ graph with every collective priced by the link model, as a ratio to the same gra
 error on the profiled run cancels), applied to the measured profiled iteration; with its peak memory per rank.
 The best one that gains at least ``WORTH_APPLYING_PCT`` and fits the budget is advised with its ``fully_shard`` call.
 
-Not searched, and said in the output: prefetch depth (gloo on CPU runs FSDP's collectives synchronously,
-one all-gather in flight whatever the depth, so no depth changes the step). DDP's knobs have no FSDP meaning.
+Not searched, and said in the output: prefetch depth (``passes.fsdp.PREFETCH_ON_GLOO``: on CPU/gloo each all-gather
+blocks the thread that issues it, one in flight whatever the depth, and depth 1 and 2 measured within the rounds' spread
+of depth 0). DDP's knobs have no FSDP meaning.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strate
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, set_topology
-from ..passes.fsdp import reshard_change, resharded, set_reduce_dtype, set_reshard
+from ..passes.fsdp import PREFETCH_ON_GLOO, reshard_change, resharded, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, unit_groups, with_units
 from ..passes.link_fit import graph_world_size
 from ..replay import ReplayResult, replay
@@ -50,8 +51,7 @@ from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
 LOSSY_DTYPES = ("bfloat16",)  # float16 moves the same bytes: it would price the same
-NOT_SEARCHED = ("prefetch depth not searched: gloo on CPU runs FSDP's collectives synchronously (one all-gather in flight "
-                "whatever the depth), so no depth changes the step here",)
+NOT_SEARCHED = (f"prefetch depth not searched: {PREFETCH_ON_GLOO}",)
 
 
 @dataclass(frozen=True)

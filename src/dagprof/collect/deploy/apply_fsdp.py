@@ -16,8 +16,9 @@ What torch 2.13 lets change after wrapping, and how each choice is set:
   forward anyway): internal API, checked on torch 2.13. The documented way is at wrap time:
   ``fully_shard(module, **fully_shard_kwargs(strategy, name))`` gives each unit its ``reshard_after_forward``
   and ``mp_policy``;
-- prefetch depth and unit grouping are not in FSDP strategies (prefetch: not modelled on gloo/CPU; grouping is
-  which modules ``fully_shard`` wraps, a wrap-time choice that ``optimize`` advises beside the strategy).
+- prefetch depth and unit grouping are not in FSDP strategies (prefetch: measured to change nothing on gloo/CPU,
+  ``passes.fsdp.PREFETCH_ON_GLOO``; grouping is which modules ``fully_shard`` wraps, a wrap-time choice that
+  ``optimize`` advises beside the strategy).
 
 A strategy for another model (a unit it names is not an FSDP unit here, one of the model's units is not
 in it, or a unit's parameter count differs) is refused in one line before anything changes.

@@ -80,7 +80,7 @@ class FsdpUnitPlan(msgspec.Struct, frozen=True):
 class FsdpPlan(msgspec.Struct, frozen=True):
     """What the optimizer chose for an FSDP2 job: each unit's ``reshard_after_forward`` and the reduce dtype.
 
-    Prefetch depth is not part of it (not modelled on gloo/CPU, not searched), nor unit grouping (a wrap-time choice:
+    Prefetch depth is not part of it (measured to change nothing on gloo/CPU, not searched), nor unit grouping (a wrap-time choice:
     ``optimize`` advises it beside the strategy)."""
 
     units: tuple[FsdpUnitPlan, ...]
