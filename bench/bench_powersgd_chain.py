@@ -21,7 +21,7 @@ short, the all-reduce a little long). On 2026-12-06 07:01 (``/tmp/psgdconv``'s k
 (p10-p90 12.1-25.3) from its first issue, ending as the backward did (median -0.03 ms from the last bucket's ready). Each
 all-reduce 3.5 / 3.8 / 3.4 ms (uncompressed, P, Q; p90 11.2 / 7.5 / 6.3) against 1.4 / 1.2 / 2.8 ms for 4 / 16 / 64 KiB
 chained on idle cores by ``calibrate --overlap`` minutes later: gloo's threads waited for a core 0.04 / 2.2 / 1.7 ms of
-them, the peer issued at the same time (lag 0.00-0.05), the rest no thread of the rank running or runnable. The
+them, the peer issued at the same time (lag 0.00-0.05), the rest none of gloo's threads running or waiting. The
 callbacks after each completion 0.13 / 1.6 / 2.5 ms, their idle price 0.05 / 1.27 / 2.17 (unpack / orthogonalisation
 and Q = M^T P / decode and error feedback), waiting for a core 0.00 / 0.05 / 0.08. On loopback (``--loopback``, load 3-6
 from other jobs: not the testbed's timing) their CPU, read on their own thread, was 2.6 / 3.4 ms for the middle and decode.
