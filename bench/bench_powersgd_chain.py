@@ -12,7 +12,8 @@ the Q issue to the end (the Q all-reduce, decode, error feedback) -- is split pe
 CPU and wait for a core, gloo's other threads' CPU and waits, the training thread's, and how long the peer issued the
 all-reduce later. As root on an emulated 2-host cluster (``--link``), or ``--loopback`` (plain processes).
 
-    sudo .venv/bin/python bench/bench_powersgd_chain.py --strategy KEPT/wI-R/lossy/strategy.json [--steps 20] [--link 200Mbit]
+    sudo .venv/bin/python bench/bench_powersgd_chain.py --strategy KEPT/wI-R/lossy/strategy.json [--steps 20] [--link 200Mbit] [--keep DIR]
+    .venv/bin/python bench/bench_powersgd_chain.py --offline DIR   # the marks --keep kept, split again
 
 A mark's own thread reads its CPU clock (its schedstat CPU is brought up to date only at a tick or a switch); a
 completion's mark runs after the future woke its waiters, so the thread it woke may be ahead of it (``after`` a little
@@ -206,12 +207,15 @@ def main() -> int:
     ap.add_argument("--link", default="200Mbit")
     ap.add_argument("--loopback", action="store_true", help="plain processes on loopback, no emulated link")
     ap.add_argument("--keep", default=None, help="keep the marks (marks.RANK) in this folder")
+    ap.add_argument("--offline", default=None, metavar="KEPT", help="run nothing: split the marks a --keep folder kept")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--job", nargs=3, metavar=("OUT", "STRATEGY", "STEPS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
         job(args.job[0], args.job[1], int(args.job[2]))
         return 0
+    if args.offline:
+        return report([json.load(open(os.path.join(args.offline, f"marks.{r}"))) for r in (0, 1)], args, float("nan"), "kept marks")
     if not args.strategy:
         ap.error("--strategy is required")
     import tempfile
@@ -233,10 +237,15 @@ def main() -> int:
             argv[3] = os.path.join(work, "marks")
             run_ranks(argv, 2, os.path.join(work, "logs"), cluster=cluster)
             docs = [json.load(open(f"{argv[3]}.{r}")) for r in (0, 1)]
+    return report(docs, args, load, "loopback" if args.loopback else args.link)
+
+
+def report(docs: list[dict], args: argparse.Namespace, load: float, where: str) -> int:
+    """Prints the split's medians (and, with ``--json``, them as JSON)."""
     out = split(docs, 0, args.skip)
     med = {k: statistics.median(v) for k, v in out.items()}
-    where = "loopback" if args.loopback else args.link
-    print(f"conv, bucket 0, 2 ranks, {where}, load average {load:.2f} (after {os.getloadavg()[0]:.2f}); {len(out['chain.wall'])} rank-steps; "
+    loads = "" if load != load else f", load average {load:.2f} (after {os.getloadavg()[0]:.2f})"  # nan: kept marks
+    print(f"conv, bucket 0, 2 ranks, {where}{loads}; {len(out['chain.wall'])} rank-steps; "
           f"medians, ms: chain (first issue -> end) {med['chain.wall']:.2f}, its end {med.get('chain.end_after_backward', float('nan')):.2f} "
           f"after the last bucket's ready")
     m = {k: round(v, 2) for k, v in med.items()}

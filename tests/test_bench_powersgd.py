@@ -206,3 +206,20 @@ def test_chain_beside_the_backward_split_hand_off_by_hand_off():
     # the parts add up to the chain, the first issue to the hook's end
     assert sum(r0[f"{n}.{k}"] for n in ("unc", "p", "q") for k in ("wire", "after")) == pytest.approx(r0["chain.wall"])
     assert out["unc.peer_lag"][1] == 0.0  # rank 1 was the later
+
+
+def test_chain_split_of_the_kept_testbed_marks():
+    """The fixed recording's split (docs/evidence.md, branch psgdchain): every rank-step past the first 4 has its chain,
+    and the medians the evidence quotes."""
+    docs = [json.loads((DATA / "powersgd-chain" / f"marks.{r}").read_text()) for r in (0, 1)]
+    out = split_handoffs(docs, bucket=0, skip=4)
+    assert len(out["chain.wall"]) == 40
+    for k in range(40):  # the parts add up to each chain
+        assert sum(out[f"{n}.{p}"][k] for n in ("unc", "p", "q") for p in ("wire", "after")) == pytest.approx(out["chain.wall"][k])
+    med = {k: statistics.median(v) for k, v in out.items()}
+    assert med["chain.wall"] == pytest.approx(17.59, abs=0.01)
+    assert [round(med[f"{n}.wire"], 2) for n in ("unc", "p", "q")] == [3.54, 3.83, 3.36]
+    assert [round(med[f"{n}.gloo_wait"], 2) for n in ("unc", "p", "q")] == [0.04, 2.15, 1.66]
+    assert [round(med[f"{n}.after"], 2) for n in ("unc", "p", "q")] == [0.13, 1.6, 2.49]
+    # 3 of the 40 chains ran inline on the training thread (the uncompressed all-reduce done before the hook attached its callbacks)
+    assert sum(out["unc.on_training_thread"]) == 3 and out["unc.on_training_thread"] == out["q.on_training_thread"]
