@@ -157,11 +157,18 @@ def _delta(s0: dict, s1: dict, tid: int) -> tuple[float, float]:
 def split(docs: list[dict], bucket: int = 0, skip: int = 4) -> dict[str, list[float]]:
     """Per rank-step (ms): the hook (entry to the first issue, on the training thread: its CPU and wait for a core); per
     all-reduce, the issue to its completion on this rank (``wire``; ``peer_lag``: how much later the peer issued it; the
-    other threads' CPU and waits meanwhile: gloo's workers and transport) and the completion to the next mark (``after``:
+    other threads' CPU and waits meanwhile: gloo's workers and transport; ``either_wait``: the larger of the two ranks'
+    such waits, ``unexplained``: what neither it nor the peer's lag covers) and the completion to the next mark (``after``:
     the next issue, or the hook's end; on the thread that reached it, ``cb_cpu`` and ``cb_wait`` its CPU and wait for a
     core, ``asleep`` the rest: woken late, or waiting for the interpreter's lock)."""
     per = [chains(d, bucket, skip) for d in docs]
     out: dict[str, list[float]] = {}
+
+    def gloo_wait(r: int, step: int, k: int) -> float:
+        """Rank ``r``'s threads but its training thread's and its callbacks' waits for a core during all-reduce ``k``."""
+        c = per[r][step]
+        (_, _, si), (_, _, sd), (_, tid, _) = c["issue"][k], sorted(c["done"])[k], [*c["issue"][1:], c["end"][0]][k]
+        return sum(_delta(si, sd, t)[1] for t in sd if t not in (docs[r]["main"], tid))
 
     def add(key: str, v: float) -> None:
         out.setdefault(key, []).append(v)
@@ -183,6 +190,11 @@ def split(docs: list[dict], bucket: int = 0, skip: int = 4) -> dict[str, list[fl
                 add(f"{name}.peer_lag", max(0, o["issue"][k][0] - ti) / 1e6)
                 add(f"{name}.gloo_cpu", sum(_delta(si, sd, t)[0] for t in others))
                 add(f"{name}.gloo_wait", sum(_delta(si, sd, t)[1] for t in others))
+                # the all-reduce ends when both ranks' gloo threads ran: the slower rank's waits, then the peer's lag, held it
+                waits = min(max(gloo_wait(0, step, k), gloo_wait(1, step, k)), (td - ti) / 1e6)
+                lag = min(max(0, o["issue"][k][0] - ti) / 1e6, (td - ti) / 1e6 - waits)
+                add(f"{name}.either_wait", waits)
+                add(f"{name}.unexplained", (td - ti) / 1e6 - waits - lag)
                 cpu, wait = _delta(sd, sn, tid)
                 add(f"{name}.after", (tn - td) / 1e6)
                 add(f"{name}.cb_cpu", cpu)
@@ -255,6 +267,11 @@ def report(docs: list[dict], args: argparse.Namespace, load: float, where: str) 
         print(f"  {name:<3} all-reduce {x['wire']:5.2f} (peer later by {x['peer_lag']:5.2f}; gloo's threads CPU {x['gloo_cpu']:5.2f}, waits "
               f"{x['gloo_wait']:5.2f}), then {x['after']:5.2f} to the next mark: callbacks' CPU {x['cb_cpu']:5.2f}, waits for a core "
               f"{x['cb_wait']:5.2f}, asleep {x['asleep']:5.2f} (on the training thread in {x['on_training_thread']:.0%} of steps)")
+    for name in ("unc", "p", "q"):
+        wire = sum(out[f"{name}.wire"])
+        shares = [100 * sum(out[f"{name}.{k}"]) / wire for k in ("either_wait", "unexplained")]
+        print(f"  {name:<3} all-reduces, summed: the slower rank's gloo threads waiting for a core {shares[0]:.0f} %, the peer's lag "
+              f"{100 - sum(shares):.0f} %, neither {shares[1]:.0f} % (median {med[name + '.unexplained']:.2f} ms)")
     if args.json:
         print(json.dumps({"load": load, "where": where, "medians": med}))
     return 0

@@ -206,6 +206,8 @@ def test_chain_beside_the_backward_split_hand_off_by_hand_off():
     # the parts add up to the chain, the first issue to the hook's end
     assert sum(r0[f"{n}.{k}"] for n in ("unc", "p", "q") for k in ("wire", "after")) == pytest.approx(r0["chain.wall"])
     assert out["unc.peer_lag"][1] == 0.0  # rank 1 was the later
+    # rank 0's 3 ms: gloo's thread waited 1 ms for a core on the slower rank, the peer issued 1 ms later, 1 ms neither
+    assert r0["unc.either_wait"] == pytest.approx(1.0) and r0["unc.unexplained"] == pytest.approx(1.0)
 
 
 def test_chain_split_of_the_kept_testbed_marks():
@@ -221,5 +223,7 @@ def test_chain_split_of_the_kept_testbed_marks():
     assert [round(med[f"{n}.wire"], 2) for n in ("unc", "p", "q")] == [3.54, 3.83, 3.36]
     assert [round(med[f"{n}.gloo_wait"], 2) for n in ("unc", "p", "q")] == [0.04, 2.15, 1.66]
     assert [round(med[f"{n}.after"], 2) for n in ("unc", "p", "q")] == [0.13, 1.6, 2.49]
+    share = {n: sum(out[f"{n}.either_wait"]) / sum(out[f"{n}.wire"]) for n in ("unc", "p", "q")}
+    assert [round(share[n], 2) for n in ("unc", "p", "q")] == [0.23, 0.85, 0.65]  # the slower rank's gloo threads waiting for a core
     # 3 of the 40 chains ran inline on the training thread (the uncompressed all-reduce done before the hook attached its callbacks)
     assert sum(out["unc.on_training_thread"]) == 3 and out["unc.on_training_thread"] == out["q.on_training_thread"]
