@@ -1,5 +1,6 @@
-"""The PowerSGD benches' pure splits: a chain on both ranks' one clock, a step's period between the chain's syncs, and a
-step's backward beside the buckets, and the stock network's backward beside its own DDP buckets."""
+"""The PowerSGD benches' pure splits: a chain on both ranks' one clock, a chain beside the backward hand-off by
+hand-off, a step's period between the chain's syncs, and a step's backward beside the buckets, and the stock network's
+backward beside its own DDP buckets."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import bench_strategy_pace  # noqa: E402
 import bench_wire_pace  # noqa: E402
 from bench_powersgd_backward import covered, stock_backward, summarise  # noqa: E402
+from bench_powersgd_chain import split as split_handoffs  # noqa: E402
 from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
 from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
 
@@ -157,3 +159,71 @@ def test_wire_pace_summary(capsys):
     assert "wire (1 rank-runs), per step ms: forward wall 2.00 cpu 1.00 wait 0.50 rest 0.50;" in out
     assert "sent 2.00 MB; machine softirq 12.50" in out  # 8 steps less the 4 of warm-up
     assert "gloo's threads' CPU 2.00; the machine's softirq, busy less idle 10.00; forward wall, busy less idle 2.00; forward CPU, busy less idle 1.00" in out
+
+
+def _marks(rank_late_ms: float) -> dict:
+    """One rank's marks for steps 0-1 of bucket 0: the training thread (tid 1) runs the hook and issues the first
+    all-reduce, gloo's worker 2 completes each, the callbacks' thread 3 issues P and Q and ends; every thread's
+    (CPU, wait) in ns grows by known amounts."""
+    ms = 1_000_000
+    marks = []
+    for step in (0, 1):
+        base = step * 100 * ms
+        cpu = {1: 0, 2: 0, 3: 0}
+        wait = {1: 0, 2: 0, 3: 0}
+
+        def at(t_ms: float, b: int, what: str, tid: int, grow: dict[int, tuple[float, float]]) -> None:
+            for k, (c, w) in grow.items():
+                cpu[k] += int(c * ms)
+                wait[k] += int(w * ms)
+            marks.append([step, b, what, base + int(t_ms * ms), tid, {str(k): (cpu[k], wait[k]) for k in cpu}])
+
+        at(0.0, -1, "ready", 1, {})
+        at(0.0, 0, "hook", 1, {})
+        at(3.0 + rank_late_ms, 0, "issue", 1, {1: (2.5, 0.5)})  # the hook: 2.5 ms CPU, 0.5 waiting for a core
+        at(6.0, 0, "done", 2, {2: (0.2, 1.0)})  # the uncompressed all-reduce: gloo's thread waits 1 ms for a core
+        at(6.5, 0, "issue", 3, {3: (0.4, 0.0)})  # unpack on the callbacks' thread, 0.1 ms asleep
+        at(10.0, 0, "done", 2, {2: (0.3, 2.0)})
+        at(12.0, 0, "issue", 3, {3: (1.5, 0.25)})  # orthogonalise, Q = M^T P
+        at(15.0, 0, "done", 2, {2: (0.3, 1.5)})
+        at(20.0, -1, "ready", 1, {1: (20.0, 2.0)})
+        at(18.0, 0, "end", 3, {3: (2.0, 0.5)})  # decode, error feedback
+    return {"main": 1, "marks": marks}
+
+
+def test_chain_beside_the_backward_split_hand_off_by_hand_off():
+    out = split_handoffs([_marks(0.0), _marks(1.0)], bucket=0, skip=1)
+    assert len(out["chain.wall"]) == 2  # step 1 on both ranks
+    r0 = {k: v[0] for k, v in out.items()}
+    assert r0["hook.wall"] == pytest.approx(3.0) and r0["hook.cpu"] == pytest.approx(2.5) and r0["hook.wait"] == pytest.approx(0.5)
+    assert r0["unc.wire"] == pytest.approx(3.0) and r0["unc.gloo_wait"] == pytest.approx(1.0) and r0["unc.gloo_cpu"] == pytest.approx(0.2)
+    assert r0["unc.peer_lag"] == pytest.approx(1.0)  # rank 1 issued the first all-reduce 1 ms later
+    assert r0["unc.after"] == pytest.approx(0.5) and r0["unc.cb_cpu"] == pytest.approx(0.4) and r0["unc.asleep"] == pytest.approx(0.1)
+    assert r0["p.cb_wait"] == pytest.approx(0.25) and r0["q.cb_cpu"] == pytest.approx(2.0)
+    assert r0["chain.end_after_backward"] == pytest.approx(-2.0)
+    for name in ("unc", "p", "q"):  # each completion's remainder: CPU, a wait for a core, or asleep
+        assert r0[f"{name}.cb_cpu"] + r0[f"{name}.cb_wait"] + r0[f"{name}.asleep"] == pytest.approx(r0[f"{name}.after"])
+    # the parts add up to the chain, the first issue to the hook's end
+    assert sum(r0[f"{n}.{k}"] for n in ("unc", "p", "q") for k in ("wire", "after")) == pytest.approx(r0["chain.wall"])
+    assert out["unc.peer_lag"][1] == 0.0  # rank 1 was the later
+    # rank 0's 3 ms: gloo's thread waited 1 ms for a core on the slower rank, the peer issued 1 ms later, 1 ms neither
+    assert r0["unc.either_wait"] == pytest.approx(1.0) and r0["unc.unexplained"] == pytest.approx(1.0)
+
+
+def test_chain_split_of_the_kept_testbed_marks():
+    """The fixed recording's split (docs/evidence.md, branch psgdchain): every rank-step past the first 4 has its chain,
+    and the medians the evidence quotes."""
+    docs = [json.loads((DATA / "powersgd-chain" / f"marks.{r}").read_text()) for r in (0, 1)]
+    out = split_handoffs(docs, bucket=0, skip=4)
+    assert len(out["chain.wall"]) == 40
+    for k in range(40):  # the parts add up to each chain
+        assert sum(out[f"{n}.{p}"][k] for n in ("unc", "p", "q") for p in ("wire", "after")) == pytest.approx(out["chain.wall"][k])
+    med = {k: statistics.median(v) for k, v in out.items()}
+    assert med["chain.wall"] == pytest.approx(17.59, abs=0.01)
+    assert [round(med[f"{n}.wire"], 2) for n in ("unc", "p", "q")] == [3.54, 3.83, 3.36]
+    assert [round(med[f"{n}.gloo_wait"], 2) for n in ("unc", "p", "q")] == [0.04, 2.15, 1.66]
+    assert [round(med[f"{n}.after"], 2) for n in ("unc", "p", "q")] == [0.13, 1.6, 2.49]
+    share = {n: sum(out[f"{n}.either_wait"]) / sum(out[f"{n}.wire"]) for n in ("unc", "p", "q")}
+    assert [round(share[n], 2) for n in ("unc", "p", "q")] == [0.23, 0.85, 0.65]  # the slower rank's gloo threads waiting for a core
+    # 3 of the 40 chains ran inline on the training thread (the uncompressed all-reduce done before the hook attached its callbacks)
+    assert sum(out["unc.on_training_thread"]) == 3 and out["unc.on_training_thread"] == out["q.on_training_thread"]
