@@ -59,6 +59,8 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
     and verified in separate runs (``dagprof optimize --verify`` does the same)."""
     own = workload.startswith("cmd:")
     train = workload[4:].split() if own else python_module("dagprof.collect.jobs.demo_train", "--model", workload)
+    if own and train[:1] == ["python"]:  # the bench's own interpreter: under sudo or a namespace PATH may find one without torch
+        train[0] = sys.executable
     rows = []
     with hosts(ranks, link, tag=f"dpb{os.getpid() % 10000}", buffer_bytes=args.buffer_kb << 10) as on:
         if on.refused:  # main() checked the namespaces: only a link that asks for none lands here
