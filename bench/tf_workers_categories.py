@@ -1,7 +1,8 @@
 """Where ``whatif --workers N`` of a 2-worker TF profile misses the N-worker job, category by category, on rounds kept by
 ``bench_workers_testbed.py --hosts`` (``DIR/tbw-NAME-K-w2``, ``-wN``). Per graph, ms per step and rank (averaged): the
-rank's op time (every TF thread pool lane's ops, summed: CPU the rank asks for), the Python lane's, the collectives'
-(each all-reduce's replayed span, summed), and the step (``job_iteration_us``; with ``--cores C`` also queued on C
+rank's op time (every TF thread pool lane's ops, summed), the Python lane's, its process's CPU (every thread, the median
+window step; runs recorded since 2026-12-06; a what-if keeps the profile's), the collectives' (each all-reduce's replayed
+span, summed), and the step (``job_iteration_us``; with ``--cores C`` also queued on C
 cores), for the 2-worker profile, its ``--workers N`` (each worker on cores of its own; the op times as profiled) and
 the N-worker profile (its window, op times as that job's profiler saw them). No timing: run it anywhere.
 
@@ -39,8 +40,11 @@ def row(g) -> dict[str, float]:
     comm = kind == int(Kind.COMM)
     per = lambda mask: float(np.sum(np.asarray(g.dur)[mask])) / 1e3 / steps / ranks  # noqa: E731
     span = float(np.sum((res.end - res.start)[comm])) / 1e3 / steps
-    return {"ops": per(pools[dev] & work), "python": per(python[dev] & work), "collectives": span,
-            "step": job_iteration_us(g) / 1e3}
+    loop = g.meta.loop_steps  # each rank's process CPU in the window (every thread; recorded since 2026-12-06), its median step
+    cpu = [float(np.median(got)) for r in (loop.sched if loop else {}) if (got := [x.process_cpu_us for s, x in loop.sched[r].items()
+                                                                                  if s in loop.profiled.get(r, {}) and x.process_cpu_us is not None])]
+    return {"ops": per(pools[dev] & work), "python": per(python[dev] & work), "process cpu": float(np.mean(cpu)) / 1e3 if cpu else float("nan"),
+            "collectives": span, "step": job_iteration_us(g) / 1e3}
 
 
 def main() -> None:
@@ -49,7 +53,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--cores", type=int)
     a = p.parse_args()
-    cols = ("ops", "python", "collectives", "step")
+    cols = ("ops", "python", "process cpu", "collectives", "step")
     print(f"{'round / graph':44s} " + " ".join(f"{c:>12s}" for c in cols) + (f" {'--cores':>9s}" if a.cores else ""))
     for two in sorted(d for d in os.listdir(a.kept) if re.fullmatch(r"tbw-.+-\d+-w2", d)):
         four = os.path.join(a.kept, two[:-1] + str(a.workers))
