@@ -187,10 +187,12 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     sharing they met then, while the collective executor's, gRPC's and the runtime's threads, off the lanes, take CPU
     the queue leaves out. Said in one line with each rank's process CPU a step (``LoopSteps.sched``, the steps outside the
     window past the warm-up, else the window's; the most of any rank), the lanes' op time, and the share of the cores N
-    ranks need at the predicted step ``step_us``: the 4 TF workers on the testbed's 2 cores (2026-12-06, two scripts,
-    4 rounds each), each rank used 1.2-1.3x the CPU it used at 2 workers, and the step was 1.8-2.1x: ``--cores 2``
-    came out -30..-22 % (an MLP whose CPU is 85 % off the lanes) and +19..+35 % (Siamese towers whose lanes held 1.3x
-    their process's CPU)."""
+    ranks need at the predicted step ``step_us``. 4 TF workers on the testbed's 2 cores (2026-12-06, two scripts, 4 rounds
+    each, ``bench/bench_workers_testbed.py --hosts``): each rank used 1.2-1.3x the CPU it used at 2 workers, the step ran
+    1.7-2.1x, and ``--cores 2`` came out -27.5..-20.5 % against the unprofiled 4-worker step (``tf_mlp_fit.py``: 13-16 ms of
+    its ranks' 17-22 ms of CPU a step off the lanes) and +12..+35 % (``tf_siamese_loop.py``: its lanes' op time, about its
+    CPU at 2 workers, doubled at 4 while the CPU grew 1.25x; its model of the 2-worker run 8-16 % over that job's
+    unprofiled step, the profiler's cost left in it, which the queue doubles)."""
     from .profiler_cost import WARMUP_STEPS
 
     loop, n0 = g.meta.loop_steps, int(g.world_size)
@@ -218,4 +220,4 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     return (f"--workers {workers} on {host}'s {group.cores} cores is not priced for ranks that share them: each {g.meta.framework} rank's "
             f"process used {cpu / 1e3:.1f} ms of CPU a step when profiled, where its lanes held {lane_us / 1e3:.1f} ms of op time "
             f"(the collective executor's, gRPC's and the runtime's threads off them){need}; {how} (4 TF workers on the testbed's 2 cores: "
-            f"--cores 2 -30..+35 % off the measured step, the step at least {workers * cpu / group.cores / 1e3:.0f} ms where the cores bound it)")
+            f"--cores 2 -28..+35 % off the measured step; the step at least {workers * cpu / group.cores / 1e3:.0f} ms where the cores bound it)")
