@@ -120,6 +120,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "tf_recsys_ragged": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_textcls_buckets": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_skipgram_negative": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "tf_siamese_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
@@ -138,10 +139,11 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
            script_args: tuple[str, ...] = (), hosts: Cluster | None = None, own_cores: bool = False) -> list[int]:
     """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal).
     ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace); ``script_args`` after a
-    TF or JAX script's own (``--script-args``). ``hosts`` (Horovod): each worker on a host of its own, a namespace of
-    ``hosts``, as a user starts a job on two hosts: ``horovodrun -H ADDR0:1,ADDR1:1`` from the first, its ``ssh`` the
-    shim that enters the namespace owning the address (``SSH_SHIM``). ``own_cores`` (with ``hosts``): each host's
-    processes confined to a core of their own (``host_cores``), as on hosts that each have theirs."""
+    TF or JAX script's own (``--script-args``). ``hosts`` (Horovod, TensorFlow): each worker on a host of its own, a namespace
+    of ``hosts``, as a user starts a job on two hosts: ``horovodrun -H ADDR0:1,ADDR1:1`` from the first, its ``ssh`` the
+    shim that enters the namespace owning the address (``SSH_SHIM``); a TF worker started in its host's namespace, TF_CONFIG
+    naming the hosts' addresses. ``own_cores`` (Horovod, with ``hosts``): each host's processes confined to a core of their
+    own (``host_cores``), as on hosts that each have theirs."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -173,15 +175,21 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
         with open(log_path) as log:
             said = re.search(r"the (?:profiled )?command exited with status (-?\d+)", log.read())
         return [int(said.group(1)) if said else 0 if code == 2 else code]  # 2 alone: dagprof refused a finished job (judge says why)
+    if hosts is not None and framework != "tensorflow":
+        raise ValueError(f"{name}: --hosts starts Horovod and TensorFlow jobs only")
     procs = []
     for rank in range(workers):
-        if framework == "tensorflow":
-            cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+        where = prefix
+        if framework == "tensorflow":  # with ``hosts``: each worker in its namespace, the cluster spec its hosts' addresses
+            addr = [hosts.addr(r) if hosts is not None else "127.0.0.1" for r in range(workers)]
+            cluster = {"worker": [f"{a}:{p}" for a, p in zip(addr, ports)]}
             penv = dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}}))
             cmd = [python, script, "--out", out, *script_args]
+            if hosts is not None:
+                where = ("ip", "netns", "exec", hosts.ns(rank), *prefix)
         else:
             penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0]), *script_args]
-        procs.append(subprocess.Popen([*prefix, *cmd], env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
+        procs.append(subprocess.Popen([*where, *cmd], env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
     deadline = time.monotonic() + timeout
     codes: list[int | None] = [None] * workers
     while any(c is None for c in codes):

@@ -31,3 +31,18 @@ def test_four_workers_from_two_on_the_shaped_loopback():
     assert row["own_cores_error_pct"] == pytest.approx(-52.4, abs=0.1) and row["host_cores_error_pct"] == pytest.approx(-44.5, abs=0.1)
     wire_ms = 3 * 4486e3 * 8 / (500e6 * 0.9366) * 1e3  # 4 ranks' ring puts 2 (N - 1) S on the one loopback: 3 times 2 ranks'
     assert other["comm_ms"] == pytest.approx(3.5 * wire_ms, rel=0.02)
+
+
+def test_the_hosts_round_judges_the_unprofiled_step_and_the_growth():
+    """``--hosts``: each row against the N-worker job's unprofiled median (inside its interval or not), and the step's
+    growth 2 -> N predicted (the point over the model of the profiled run) against measured (the two jobs' unprofiled medians)."""
+    pred = {"predicted_ms": 40.0, "predicted_median_ms": 42.0, "interval_ms": [35.0, 50.0], "model_ms": 30.0, "model_pct": 0.0}
+    profiled = {"measured_ms": 30.0, "measured_median_ms": 30.0, "unprofiled_median_ms": 25.0, "own_cores": pred,
+                "host_cores": pred | {"predicted_ms": 60.0, "predicted_median_ms": 63.0, "interval_ms": [55.0, 70.0]}}
+    row = _round(0, profiled, {"measured_ms": 60.0, "measured_median_ms": 60.0, "unprofiled_median_ms": 50.0})
+    assert row["own_cores_unprofiled_error_pct"] == pytest.approx(-16.0) and row["own_cores_in_interval"]
+    assert row["own_cores_change_error_pct"] == pytest.approx(100 * ((40 / 30) / (50 / 25) - 1))
+    assert row["host_cores_unprofiled_error_pct"] == pytest.approx(26.0) and not row["host_cores_in_interval"]
+    assert row["host_cores_change_error_pct"] == pytest.approx(0.0)
+    loopback = _round(0, {k: v for k, v in profiled.items() if k != "unprofiled_median_ms"}, {"measured_ms": 60.0, "measured_median_ms": 60.0})
+    assert "own_cores_change_error_pct" not in loopback and "own_cores_unprofiled_error_pct" not in loopback

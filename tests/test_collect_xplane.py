@@ -286,6 +286,27 @@ def test_steps_outside_the_window_are_timed_and_written_when_training_ends(tmp_p
     assert json.loads((tmp_path / "rank1.json").read_text()) == info
 
 
+@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"), reason="the kernel's schedstat is Linux's")
+def test_every_step_records_its_thread_and_process_cpu_read_as_a_torch_rank_files(tmp_path):
+    """What ranks sharing cores ask of them is their processes' CPU (TF's pools, collective executor and gRPC threads, not
+    only the ops on the pools' lanes): every step's, profiled or not, in the rank file as the torch collector writes it,
+    and read into the rank's ``train_thread`` / ``unprofiled_train_thread``."""
+    from dagprof.traces.meta import step_scheds
+
+    w = window(tmp_path, [])
+    for step in range(6):
+        w.step_begin(step)
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 3_000_000:  # 3 ms of this thread's CPU
+            pass
+        w.step_end(step)
+    w.finish()
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    sched = step_scheds(info["thread_sched_ns"], info["process_cpu_ns"], info["thread_runs"])
+    assert [x.step for x in sched] == list(range(6))
+    assert all(x.cpu_us >= 2500 and x.process_cpu_us >= 0.99 * x.cpu_us and x.runs is not None for x in sched), sched
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/net/dev"), reason="the interfaces' counters are Linux's /proc/net/dev")
 def test_the_window_counts_the_bytes_its_steps_sent(tmp_path):
     """The bytes the host's interfaces sent over the profiled steps (the bench prices the wire with them): at least

@@ -176,3 +176,48 @@ def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str 
     return (f"{head}: {ranks} workers were profiled on {host}'s {cores} cores, where {workers} would share them; {used}, the servers "
             f"busy {busy / 1e3:.1f} ms per step{over}; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
             "computing in lockstep)")
+
+
+XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
+
+
+def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int | None) -> str | None:
+    """A TF/JAX ``--workers`` answer for more ranks than the profiled host's cores is not priced for ranks that share them:
+    ``share_cores`` (``--cores``) queues the ops on each rank's thread-pool lanes, whose profiled times already hold the
+    sharing they met then, while the collective executor's, gRPC's and the runtime's threads, off the lanes, take CPU
+    the queue leaves out. Said in one line with each rank's process CPU a step (``LoopSteps.sched``, the steps outside the
+    window past the warm-up, else the window's; the most of any rank), the lanes' op time, and the share of the cores N
+    ranks need at the predicted step ``step_us``. 4 TF workers on the testbed's 2 cores (2026-12-06, two scripts, 4 rounds
+    each, ``bench/bench_workers_testbed.py --hosts``): each rank used 1.2-1.3x the CPU it used at 2 workers, the step ran
+    1.7-2.1x, and ``--cores 2`` came out -27.5..-20.5 % against the unprofiled 4-worker step (``tf_mlp_fit.py``: 13-16 ms of
+    its ranks' 17-22 ms of CPU a step off the lanes) and +12..+35 % (``tf_siamese_loop.py``: its lanes' op time, about its
+    CPU at 2 workers, doubled at 4 while the CPU grew 1.25x; its model of the 2-worker run 8-16 % over that job's
+    unprofiled step, the profiler's cost left in it, which the queue doubles)."""
+    from .profiler_cost import WARMUP_STEPS
+
+    loop, n0 = g.meta.loop_steps, int(g.world_size)
+    if g.meta.framework not in XPLANE_FRAMEWORKS or loop is None or workers <= n0 or len(g.meta.host_cpus) != 1:
+        return None
+    host, group = next(iter(g.meta.host_cpus.items()))
+    if workers <= group.cores:
+        return None
+    per_rank = []
+    for r, steps in loop.sched.items():
+        out = [x.process_cpu_us for s, x in steps.items() if x.process_cpu_us is not None and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
+        got = out or [x.process_cpu_us for x in steps.values() if x.process_cpu_us is not None]
+        if got:
+            per_rank.append(float(np.median(got)))
+    if len(per_rank) != n0:
+        return None
+    cpu = max(per_rank)
+    lanes = np.array([d.rank >= 0 and d.kind in (DeviceKind.COMPUTE, DeviceKind.HOST) for d in g.devices])  # what share_cores queues
+    work = lanes[g.device] & ~np.isin(g.kind, [int(Kind.STEP), int(Kind.COMM_WAIT)])
+    lane_us = float(g.dur[work].sum()) / n0 / max(len(g.meta.steps), 1)
+    need = (f", {workers} of them {workers * cpu / step_us / group.cores:.0%} of the {group.cores} cores at the {step_us / 1e3:.1f} ms "
+            "step predicted" if step_us else "")
+    how = (f"--cores {cores} queues only the ops on the lanes, at their profiled times (the sharing they met then counted again), and "
+           "leaves the threads off the lanes off the cores" if cores else "each rank is priced on cores of its own")
+    return (f"--workers {workers} on {host}'s {group.cores} cores is not priced for ranks that share them: each {g.meta.framework} rank's "
+            f"process used {cpu / 1e3:.1f} ms of CPU a step when profiled, where its lanes held {lane_us / 1e3:.1f} ms of op time "
+            f"(the collective executor's, gRPC's and the runtime's threads off them){need}; {how} (4 TF workers on the testbed's 2 cores: "
+            f"--cores 2 -28..+35 % off the measured step; the step at least {workers * cpu / group.cores / 1e3:.0f} ms where the cores bound it)")

@@ -48,7 +48,7 @@ from ..graph.dag import DeviceKind, Graph
 from ..graph.meta import LoopSteps
 from ..traces.events import Kind
 from ..traces.meta import PsRecord, runnable_stretch
-from .compute import COMPUTE_KINDS
+from .compute import COMPUTE_KINDS, XPLANE_FRAMEWORKS
 
 WARMUP_STEPS = 2  # a job's first two steps (DDP: step 0 builds the buckets, step 1 uses them first): not its steady state
 MIN_STEPS = 3  # unprofiled steps needed to measure the cost
@@ -135,6 +135,8 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     if not any(loop.sched.values()) and g.meta.ps is not None:
         timed = set.intersection(*(set(d) for d in loop.unprofiled.values()))
         return beyond_process_cpu(cost, g.meta.ps, set(g.meta.steps), {s for s in timed if s >= steady_from(loop)}, seen)
+    if g.meta.framework in XPLANE_FRAMEWORKS:  # the thread marking the steps dispatches and waits: its pace is not the pools'
+        return cost
     return split_by_cpu(cost, loop, set(g.meta.steps), steady_from(loop))
 
 
@@ -180,7 +182,10 @@ def split_by_cpu(cost: ProfilerCost, loop: LoopSteps, window: set[int], first: i
     Where the steps' excess over that CPU stands out of the noise (``NOISE_SIGMAS``, as the cost itself), ``loaded`` says
     so. The correction stays whole: the unprofiled steps are the job's pace, which a later run is measured at; keeping the
     load in the op times (only the CPU removed) predicted 7 hog runs +77 to +254 % against their unprofiled steps, the
-    whole correction -12 to +21 %."""
+    whole correction -12 to +21 %. Not on TF/JAX runs (their collector records the CPU too since 2026-12-06): their ops run
+    on the thread pools while the thread marking the steps waits, so its pace (``outside_stretch``) is not the work's; held
+    against it, 2 of 3 fresh TF Siamese profiles' corrections shrank and their models moved from +8.5 / +9.6 % over the job's
+    unprofiled step to +13.0 / +11.4 % (``bench/bench_workers_testbed.py --hosts`` rounds, 2026-12-06)."""
     cpu = {when: job_sched(loop, steps, first, "process_cpu_us") for when, steps in (("in", window), ("out", None))}
     if len(cpu["in"]) < 2 or len(cpu["out"]) < MIN_STEPS:
         return cost

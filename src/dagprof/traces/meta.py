@@ -200,6 +200,14 @@ class StepSched(msgspec.Struct, frozen=True):
     runs: int | None = None  # times the thread got a core in the step (None: not recorded, older files)
 
 
+def step_scheds(thread_sched_ns: list[tuple[int, int, int]], process_cpu_ns: list[tuple[int, int]],
+                thread_runs: list[tuple[int, int]]) -> list[StepSched]:
+    """A rank file's per-step schedstat records (``collect.hooks.thread_sched``: (step, thread CPU ns, run-queue wait
+    ns), (step, process CPU ns), (step, times the thread got a core)) as ``StepSched``s, us."""
+    process, runs = dict(process_cpu_ns), dict(thread_runs)
+    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s)) for s, c, w in thread_sched_ns]
+
+
 def runnable_stretch(steps: list[StepSched]) -> float:
     """The thread's CPU plus its waits for a core over its CPU, summed over ``steps``: how much longer CPU work took on
     the job's loaded cores than on a core of its own; 0 where nothing was recorded."""

@@ -19,7 +19,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .events import CommKind, CommRole, Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_units, fsdp_comm, label_groups
-from .meta import GradClip, RankMeta, StepSched, warnings_of
+from .meta import GradClip, RankMeta, step_scheds, warnings_of
 from .run_comm import hook_comm, hook_wire, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, checked_cpu_set, read_file
@@ -261,9 +261,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
-    process_cpu = dict(f.process_cpu_ns)
-    runs = dict(f.thread_runs)
-    sched = [StepSched(s, c / 1e3, w / 1e3, None if s not in process_cpu else process_cpu[s] / 1e3, runs.get(s)) for s, c, w in f.thread_sched_ns]
+    sched = step_scheds(f.thread_sched_ns, f.process_cpu_ns, f.thread_runs)
     meta = RankMeta(
         format=RANK_FORMAT,
         pid=f.pid,

@@ -24,7 +24,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
-from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
+from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, step_scheds, tx_bytes_per_step, warnings_of
 from .run_schema import Count, CpuList, checked_cpu_set, refuse_ranks_beyond
 from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
@@ -71,6 +71,11 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     cpu_set: CpuList = ""  # which cores (files before 2026-12-06 lack it)
     kernel_hz: Count | None = None
     window_tx_bytes: Count | None = None  # rank files before the count lack it
+    # per step, profiled or not: the thread marking the steps' CPU and waits for a core, its process's CPU, the times it got a
+    # core (``collect.hooks.thread_sched``, as a torch rank file's; files before 2026-12-06 lack them)
+    thread_sched_ns: list[tuple[Count, Count, Count]] = []
+    process_cpu_ns: list[tuple[Count, Count]] = []
+    thread_runs: list[tuple[Count, Count]] = []
 
     @property
     def sizes(self) -> CollectiveSizes:
@@ -130,6 +135,9 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         trace.meta.cpus = info.cpus or 0
         trace.meta.cpu_set = checked_cpu_set(info.cpu_set, info.cpus, rpath)
         trace.meta.scheduler_tick_us = 1e6 / info.kernel_hz if info.kernel_hz else None
+        sched = step_scheds(info.thread_sched_ns, info.process_cpu_ns, info.thread_runs)
+        trace.meta.train_thread = [x for x in sched if x.step in info.step_times_us]
+        trace.meta.unprofiled_train_thread = [x for x in sched if x.step not in info.step_times_us]
         warnings += info.warnings
         ranks.append(trace)
     if not ranks:

@@ -21,6 +21,7 @@ from typing import Any, Callable, ContextManager, Iterator
 from ...fsutil import atomic_open
 from ...traces import cpu_sets
 from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, CollectiveSizes, rank_file, rank_logdir
+from .thread_sched import ThreadSched
 
 RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
 MAX_UNPROFILED = 1000  # unprofiled steps timed (for the profiler's cost): enough for the medians, bounded in a long training
@@ -148,6 +149,10 @@ class StepWindow:
         self.step_times_ns: dict[int, tuple[int, int]] = {}  # profiled steps
         # steps run without the profiler (before, between and after windows): measure the profiler's own cost
         self.unprofiled_ns: dict[int, int] = {}
+        # every step's CPU of the thread marking them, its waits for a core and its process's CPU (every thread: TF's pools,
+        # its collective executor, gRPC), as the torch collector records them: what ranks sharing cores ask of them
+        self.sched = ThreadSched()
+        self._watching = False
         self._t0: int | None = None
         self._t0_profiled = False
         # the interfaces' sent bytes at the window's first profiled step's start and its last's end: what the wire carried
@@ -238,6 +243,10 @@ class StepWindow:
 
     def time_begin(self) -> None:
         """A step starts now (after the profiler's start or stop, which no step pays for)."""
+        if not self._watching:  # the thread that marks the steps (the first step's)
+            self.sched.open()
+            self._watching = True
+        self.sched.begin()
         self._t0, self._t0_profiled = time.time_ns(), self.active
         if self.active and not self.step_times_ns:
             self.tx_bytes[0] = net_tx_bytes()
@@ -245,6 +254,8 @@ class StepWindow:
     def step_end(self, step: int) -> None:
         """Step ``step`` ended: a profiled one's span, an unprofiled one's duration (up to ``MAX_UNPROFILED`` of them)."""
         if self._t0 is not None:
+            if self._t0_profiled or len(self.sched.steps) < MAX_UNPROFILED:
+                self.sched.end(step)
             if self._t0_profiled:
                 if self.active:  # a profiler that failed in the step leaves no trace of it
                     self.step_times_ns[step] = (self._t0, time.time_ns())
@@ -302,6 +313,7 @@ class StepWindow:
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
             "cpu_set": cpu_sets.this_process(),
         }
+        info |= {"thread_sched_ns": self.sched.steps, "process_cpu_ns": self.sched.process, "thread_runs": self.sched.runs}
         info.update(self.sizes.to_rank_file())
         if self.embedding_grad_bytes:
             info["embedding_grad_bytes"] = int(self.embedding_grad_bytes)
