@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from dagprof.analysis.foreign_cpu import foreign_cpu  # noqa: E402
 from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
-from dagprof.passes.profiler_cost import MIN_STEPS, WARMUP_STEPS, job_steps  # noqa: E402
+from dagprof.graph.meta import WARMUP_STEPS  # noqa: E402
+from dagprof.passes.profiler_cost import MIN_STEPS, job_steps  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Scenario  # noqa: E402
 from dagprof.search.whatif import evaluate  # noqa: E402

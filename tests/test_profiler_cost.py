@@ -16,9 +16,9 @@ from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.topology import save_link_model
 from dagprof.errors import DagprofError
-from dagprof.graph.meta import LoopSteps
+from dagprof.graph.meta import WARMUP_STEPS, LoopSteps
 from dagprof.passes.comm import set_topology
-from dagprof.passes.profiler_cost import WARMUP_STEPS, job_steps, measure_profiler_cost, median_stderr, remove_profiler_cost
+from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, median_stderr, remove_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario, base_topology
 from dagprof.search.whatif import evaluate

@@ -12,7 +12,7 @@ import subprocess
 
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
-from ..passes.profiler_cost import WARMUP_STEPS
+from ..graph.meta import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from ..units import count

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from .measured import Provenance
 
 
+WARMUP_STEPS = 2  # a job's first two steps (DDP: step 0 builds the buckets, step 1 uses them first): not its steady state
+
+
 @dataclass(frozen=True)
 class LoopSteps:
     """Step durations (us) timed by dagprof's collector in the training loop, rank -> step -> us: the steps the

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
+from ..graph.meta import WARMUP_STEPS
 from ..traces.events import Kind
 from .comm import exit_lags
 
@@ -193,8 +194,6 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     its ranks' 17-22 ms of CPU a step off the lanes) and +12..+35 % (``tf_siamese_loop.py``: its lanes' op time, about its
     CPU at 2 workers, doubled at 4 while the CPU grew 1.25x; its model of the 2-worker run 8-16 % over that job's
     unprofiled step, the profiler's cost left in it, which the queue doubles)."""
-    from .profiler_cost import WARMUP_STEPS
-
     loop, n0 = g.meta.loop_steps, int(g.world_size)
     if g.meta.framework not in XPLANE_FRAMEWORKS or loop is None or workers <= n0 or len(g.meta.host_cpus) != 1:
         return None

@@ -45,12 +45,11 @@ import numpy as np
 
 from ..graph.build_ps import scale_server_work
 from ..graph.dag import DeviceKind, Graph
-from ..graph.meta import LoopSteps
+from ..graph.meta import WARMUP_STEPS, LoopSteps
 from ..traces.events import Kind
 from ..traces.meta import PsRecord, runnable_stretch
 from .compute import COMPUTE_KINDS, XPLANE_FRAMEWORKS
 
-WARMUP_STEPS = 2  # a job's first two steps (DDP: step 0 builds the buckets, step 1 uses them first): not its steady state
 MIN_STEPS = 3  # unprofiled steps needed to measure the cost
 NOISE_SIGMAS = 2.0  # the cost must exceed this many standard errors of the difference of the two means
 LEAST_FACTOR = 0.05  # the least host-work factor the correction uses: some host work always stays
