@@ -172,3 +172,47 @@ def test_the_demos_optimisation_text_says_it():
     lines = to_text(r).splitlines()
     assert any(ln.startswith("  predicted ") and "per step with the strategy; profiled setup" in ln for ln in lines)
     assert sum(ln.startswith("  note: ") and f"include the shared-cores bounds ({TERM})" in ln for ln in lines) == 1
+
+
+def test_optimize_takes_no_bounds_on_a_named_wire(capsys):
+    """The kept testbed round's profile (ROUND: 2 ranks in namespaces of one 2-core host, their veth shaped by tc at 1 Gbit/s)
+    records one host, so the bounds go on; ``--profiled-bandwidth 1Gbit``, whatif's flag, names the wire: no bounds, and
+    the fit read against the wire in a note, as whatif says it. The same flag's parsing refuses a bad rate in one line."""
+    out = {}
+    for flags in ((), ("--profiled-bandwidth", "1Gbit")):
+        with tempfile.TemporaryDirectory() as tmp:
+            assert main(["optimize", str(ROUND / "run"), "--json", "-o", tmp, *flags]) == 0
+        out[bool(flags)] = json.loads(capsys.readouterr().out)
+    bare, named = out[False], out[True]
+    for end in ("baseline", "best"):
+        assert TERM in bare[end]["interval_basis"]["terms"] and TERM not in named[end]["interval_basis"]["terms"]
+    assert named["baseline"]["hi_ms"] < bare["baseline"]["hi_ms"]  # the bounds reached 7 % above it on this profile
+    assert sum("shared-cores bounds" in n for n in bare["notes"]) == 1 and not any("shared-cores bounds" in n for n in named["notes"])
+    assert sum(n.startswith("--profiled-bandwidth 1Gbit: the link fitted to") for n in named["notes"]) == 1
+    assert not any("--profiled-bandwidth" in n for n in bare["notes"])
+    assert main(["optimize", str(ROUND / "run"), "--profiled-bandwidth", "fast"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot read bandwidth" in err and "Traceback" not in err and len(err.splitlines()) <= 2
+
+
+def test_the_python_api_and_verify_carry_the_named_wire():
+    """``Options.profiled_bandwidth`` reaches ``find_strategy``'s intervals (no bounds) and its ``Found``, from which
+    ``--verify`` prices each round's profile (``predict_run``) on the same wire and says no bounds in its line."""
+    import dagprof.closeloop as cl
+    from dagprof.cli.cmd_optimize import verification_lines
+    from dagprof.collect.jobs.verify import Verification
+    from dagprof.search.optimize import Options, predict_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        found = cl.find_strategy(str(ROUND / "run"), Options(budget_s=60.0, max_candidates=40, patience=20, profiled_bandwidth="1Gbit"), tmp)
+    res = found.search
+    assert found.profiled_bandwidth == "1Gbit" and res.shared_cores == {}
+    assert all(TERM not in iv.terms for iv in res.intervals.values())
+    v = cl.Checked(Verification([50.0, 52.0, 51.0], [49.0, 50.0, 48.0]), res.speedup, [res.speedup] * 3,
+                   interval=res.intervals["best"]).to_dict()
+    assert not any("shared-cores bounds" in ln for ln in verification_lines(v))
+    p = found.profile
+    priced = predict_run(p.run, p.graph, found.strategy, profiled_bandwidth="1Gbit")
+    assert priced.graph.meta.wire_bytes_per_s == pytest.approx(1e9 / 8)
+    if not res.worth_applying:  # the strategy is the profiled layout: the same price on both sides
+        assert priced.prediction.speedup == pytest.approx(1.0)

@@ -26,6 +26,7 @@ from .passes.profiler_cost import correct_profiler_cost, measure_profiler_cost
 from .pipeline import Profiled, open_run
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
+from .search.scenario import Cluster as Settings, profiled_at
 from .search.shared_cores import add_bounds
 from .search.whatif import MODEL_TOLERANCE_PCT
 
@@ -41,6 +42,7 @@ class Found:
     strategy: Strategy
     path: str | None  # None: nothing is predicted to gain enough to apply (``defaults_stand`` says so)
     link_model: str | None = None  # the calibrate file the search priced the compute slowdown by, where the run measured none
+    profiled_bandwidth: str | None = None  # the wire the searched profile ran on, where named: each verification round's too
 
 
 def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None,
@@ -53,14 +55,16 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     (``passes.profiler_cost.correct_profiler_cost``'s ``pace_after_window``, which ``whatif`` leaves off, saying so): a
     strategy that takes the wire away runs at that pace. The intervals are widened
     by the level the search's model stands on (``analysis.interval.run_level``), then, on a one-host loopback profile, take
-    the ``shared_cores`` bounds the search found (``SearchResult.shared_cores``).
+    the ``shared_cores`` bounds the search found (``SearchResult.shared_cores``). ``opts.profiled_bandwidth`` names the wire it ran
+    on (a tc-shaped link, as ``whatif --profiled-bandwidth``): the link is read against it, the correction's model's too, and
+    no bounds are taken.
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
     if prof.graph.meta.framework is not None:  # its knobs are not DDP's buckets or FSDP's resharding
         raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a "
                            f"{prof.graph.meta.framework} run: "
                            f"{remedy_for(prof.graph)}", run)
-    g, cost = prof.graph, measure_profiler_cost(prof.graph)
+    g, cost = profiled_at(prof.graph, Settings(profiled_bandwidth=opts.profiled_bandwidth)), measure_profiler_cost(prof.graph)
     share, said = 0.0, "op times as profiled (--raw)"
     if not raw:  # the one correction whatif and the testbed bench make too; only the search takes the pace after the window
         fix = correct_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)), pace_after_window=True)
@@ -83,7 +87,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         res.intervals = {name: add_bounds(iv, res.shared_cores[name]) if name in res.shared_cores else iv for name, iv in res.intervals.items()}
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
-    return Found(prof, res, strategy, path, opts.link_model)
+    return Found(prof, res, strategy, path, opts.link_model, opts.profiled_bandwidth)
 
 
 def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | None, share: float, statistic: StepStatistic) -> None:
@@ -221,7 +225,8 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = ROU
         if found.strategy.fsdp is not None:
             prediction, predicted = predict_fsdp(p.graph, found.strategy)
         else:
-            pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run, found.link_model)
+            pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run, found.link_model,
+                               found.profiled_bandwidth)
             prediction, predicted = pred.prediction, pred.graph
         out.predicted_per_round.append(prediction.speedup)
         try:

@@ -75,7 +75,9 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
             whatifs, refused = [], str(e)
         lossy = ", gradient compression allowed (synthetic data; --lossless to forbid it)" if s.allow_lossy else ""
         say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{lossy})")
-        found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy), out, raw=True)
+        # on the emulated cluster its collectives cross the shaped link, not one host's loopback: the wire named, no shared-cores bounds
+        wire = s.link if on.cluster is not None else None
+        found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy, profiled_bandwidth=wire), out, raw=True)
         checked = None
         if s.verify and found.path is None:
             say(f"[5/5] nothing to apply: {defaults_stand(found.search)}")

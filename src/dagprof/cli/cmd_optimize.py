@@ -11,7 +11,17 @@ from ..search.optimize import POWERSGD_RANKS, WORTH_APPLYING_PCT
 from ..search.shared_cores import TERM
 from ..traces.run_schema import FSDP2_API
 from ..units import count, parse_size
-from .common import add_out_argument, add_run_arguments, bandwidth, comma_list, finite_non_negative, outputs, positive_int, seconds
+from .common import (
+    add_out_argument,
+    add_profiled_bandwidth_argument,
+    add_run_arguments,
+    bandwidth,
+    comma_list,
+    finite_non_negative,
+    outputs,
+    positive_int,
+    seconds,
+)
 from .terminal import escape
 
 HELP = "search bucket layout, compression, partition, recomputation by replay; write a strategy; --verify measures it"
@@ -36,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-model", default=None, metavar="FILE",
                    help="a dagprof calibrate --overlap file measured on the job's cluster: how much an in-flight collective slows "
                         "compute and what small all-reduces chained by callbacks (PowerSGD's) take, where the run measured none")
+    add_profiled_bandwidth_argument(p)
     p.add_argument("--raw", action="store_true",
                    help="search from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
@@ -66,6 +77,7 @@ def run(args: argparse.Namespace) -> dict:
     opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks or POWERSGD_RANKS),
                    accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget, "--memory-budget"),
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown, link_model=args.link_model,
+                   profiled_bandwidth=args.profiled_bandwidth,
                    progress=_search_bar(args.budget) if shown() else None)
     with outputs(args.out, args.run) as staged:
         found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks, raw=args.raw)

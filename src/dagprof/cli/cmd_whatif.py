@@ -23,8 +23,8 @@ from ..traces.parallelism import Dim
 from .common import (
     MAX_CONTENDED_WORKERS,
     add_out_argument,
+    add_profiled_bandwidth_argument,
     add_run_arguments,
-    bandwidth,
     comma_list,
     outputs,
     positive_int,
@@ -57,9 +57,7 @@ def add_arguments(p) -> None:
                    "file also prices compute slowed beside in-flight collectives")
     p.add_argument("--link-from", metavar="FILE", help="`dagprof calibrate` file of the link the run was profiled on, for --link-to "
                    "(measured as its files were: same ranks, sizes and machine)")
-    p.add_argument("--profiled-bandwidth", metavar="RATE", type=bandwidth,
-                   help="the wire rate the run was profiled at, e.g. 1Gbit: the fitted link's time per byte beyond it is kept as work on "
-                   "the cores at every --bandwidth (busy cores, not the link), only the wire's part scales")
+    add_profiled_bandwidth_argument(p)
     p.add_argument("--half-duplex", action="store_true",
                    help="every rank's traffic crosses one shaper both ways (the namespace testbed's loopback; on 2 ranks a half-duplex "
                    "link): --bandwidth is what each port gets while all carry, and a collective in which fewer ranks send at once "

@@ -67,6 +67,16 @@ def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"folder for {what} (default: the run folder; for trace files ./dagprof-out/<name>)")
 
 
+def add_profiled_bandwidth_argument(p: argparse.ArgumentParser) -> None:
+    """``--profiled-bandwidth RATE``, one flag with one meaning for ``whatif`` and ``optimize`` (``search.scenario.Cluster
+    .profiled_bandwidth``): the profile's fitted link read against the wire it ran on, and its collectives the wire's,
+    not a host's cores' (no ``shared_cores`` bounds, ``search.shared_cores.on_shared_cores``)."""
+    p.add_argument("--profiled-bandwidth", metavar="RATE", type=bandwidth,
+                   help="the wire rate the run was profiled at, e.g. 1Gbit (a tc-shaped link between one host's namespaces too): the "
+                   "fitted link's time per byte beyond it is work on the cores (busy cores, not the link), which a --bandwidth what-if "
+                   "keeps and only the wire's part scales; its collectives are the wire's, so no interval takes the shared-cores bounds")
+
+
 def steps_arg(text: str) -> range:
     try:
         return parse_steps(text)

@@ -52,9 +52,10 @@ from ..passes.accumulate import check_accumulation
 from ..passes.comm import current_topology, set_topology
 from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder, gradient_order
-from ..passes.link_fit import graph_world_size
+from ..passes.link_fit import graph_world_size, link_fit
 from ..passes.overlap import core_bound_slowdown
 from ..passes.recompute import Segment, segments
+from ..replay import ReplayResult
 from ..traces.events import Kind, Run
 from ..units import MB
 from .anneal import anneal, seeds
@@ -63,8 +64,9 @@ from .evaluate import Evaluator, Scored
 from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
 from .memory import MemoryModel, autograd_host
 from .memory_fit import fit_memory
-from .scenario import Cluster, Scenario
+from .scenario import Cluster, Scenario, profiled_at
 from .shared_cores import CoreBounds, comm_slowdown_beside, on_shared_cores, shared_cores_bounds, shared_cores_note, unslowed_profile
+from .wire_notes import profiled_wire_notes
 
 __all__ = ["Candidate", "Options", "Priced", "Progress", "Scored", "SearchResult", "WORTH_APPLYING_PCT", "predict_run", "search", "search_run"]
 
@@ -98,6 +100,9 @@ class Options:
     overlap_slowdown: float | None = None  # compute slowdown per unit of overlap with collectives (None: as measured for the run, else 0)
     overlap_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: every collective counts whole)
     link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: what the run measured none of (``measured.overlap_of``)
+    # the wire rate the run was profiled at (``dagprof optimize --profiled-bandwidth``, whatif's flag): the fitted link read against
+    # it (``search.scenario.profiled_at``) and its collectives the wire's, so no ``shared_cores`` bounds (a tc-shaped link, one host)
+    profiled_bandwidth: str | None = None
     chained_allreduce: Chained = UNMEASURED  # PowerSGD's chain measured in the job's group or on its cluster (``measured.chained_in_job``)
     # price this strategy as the best, its interval too, instead of searching: a strategy kept from another profile of the
     # job, judged on this one (``bench/bench_coverage.py``: a re-search may find another layout within the tie)
@@ -189,7 +194,10 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     check_accumulation(g, opts.accumulate)  # the seeds hold it, but a timed search may not reach them
     t0 = time.perf_counter()
     rng = random.Random(opts.seed)
-    measured, g = g, set_topology(g, current_topology(g))  # one link model, fitted on every rank's collectives, before any folding
+    wire = Cluster(profiled_bandwidth=opts.profiled_bandwidth)  # the wire it ran on, where named: as whatif reads it
+    measured, g = g, profiled_at(g, wire)
+    fitted = link_fit(g) if opts.profiled_bandwidth is not None and g.meta.topology is None else None  # read against the wire below
+    g = set_topology(g, current_topology(g))  # one link model, fitted on every rank's collectives, before any folding
     notes = ["comm scheduling (bucket priority) not searched: DDP issues buckets in gradient-ready order and its optimizer "
              "waits for every bucket, so no order of the channel changes the iteration"]
     codecs = [Codec()]
@@ -212,6 +220,7 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         notes.append(f"compute beside in-flight collectives modelled {opts.overlap_slowdown:.2f}x slower per unit of overlap "
                      + ("(as measured), each collective in proportion to the bytes it moves per second against the "
                         f"measured all-reduce's {opts.overlap_rate / MB:.1f} MB/s" if opts.overlap_rate else "(as given)"))
+    notes += profiled_wire_notes(g, fitted, wire, [Scenario()])[1]
     if g.meta.parallel is not None and g.meta.parallel.in_ops[0]:  # the model's own collectives: not re-bucketed nor re-priced
         notes.append(g.meta.parallel.in_ops_text())
     symmetric, folded_note = _fold(g, opts)
@@ -253,12 +262,14 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         reason = reason or "no candidate found fits the memory budget"
     report(best_full.iter_us, base_full.iter_us)
     residuals = link_residuals(measured, g)
-    intervals = {}
+    intervals, cores = {}, {}
+    bounds = _SharedCores.on(g, full, opts.link_model, wire)
     for name, s in (("baseline", base_full), ("best", best_full)):
-        sg, res = full.score(s.candidate, keep=True)[1]
+        sg, res = full.score(s.candidate, keep=True)[1]  # arrays the next replay overwrites: read before the next end replays
         intervals[name] = predict_interval(sg, res, s.iter_us * s.candidate.accumulate, residuals).scaled(1 / s.candidate.accumulate)
-    replayed = ev.replayed + (full.replayed if full is not ev else 0)  # the search's: the bounds' replays below are not candidates
-    cores = _shared_cores(g, full, {"baseline": base_full, "best": best_full}, opts.link_model)
+        if bounds is not None:
+            cores[name] = bounds.of(sg, res, s.candidate)
+    replayed = ev.replayed + (full.replayed if full is not ev else 0)  # the search's: the bounds' replays are not candidates
     if cores:
         notes.append(shared_cores_note(g, sum(max(b) > 0 for b in cores.values()), len(cores), Cluster(link_model=opts.link_model, slowdown=slowdown)))
     seeds_out = sorted({s.candidate: s for s in scored if s.candidate.codec.name == "none" and s.candidate.accumulate == 1}.values(),
@@ -267,25 +278,33 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
                         list(g.layers), opts.overlap_slowdown or 0.0, reason, intervals, shared_cores=cores)
 
 
-def _shared_cores(g: Graph, full: Evaluator, ends: dict[str, Scored], link_model: str | None) -> dict[str, CoreBounds]:
-    """Each of ``ends``' ``shared_cores`` bounds (``search.shared_cores``, as ``whatif`` puts them on a row that keeps the
-    profile's link) where the profile ``g`` (on its fitted link) ran every rank on one host (``on_shared_cores``): the
-    candidate's step on ``full`` and, where the search charged no slowdown beside collectives, the same candidate on the
-    profile with its compute undisturbed at the cores' bound (``unslowed_profile``) for the low end. Empty elsewhere.
-    Each end is replayed again here, not handed over from the intervals: an evaluator's replay shares its template's
-    buffers, so the first end's result is overwritten by the second's replay."""
-    if not ends or not on_shared_cores(g, Scenario(), Cluster()):
-        return {}
-    comm = comm_slowdown_beside(g, link_model)
-    unslowed = None if full.slowdown else Evaluator(unslowed_profile(g, g, g), full.order, full.costs, full.segments, None,
-                                                    recompute=full.recompute, comm_rate=full.comm_rate, chained=full.chained)
-    out = {}
-    for name, s in ends.items():
-        sg, res = full.score(s.candidate, keep=True)[1]
-        ug = None if unslowed is None else unslowed.score(s.candidate, keep=True)[1][0]
-        above, below = shared_cores_bounds(sg, res, comm, 0.0 if full.slowdown else core_bound_slowdown(g), ug)
-        out[name] = CoreBounds(above / s.candidate.accumulate, below / s.candidate.accumulate)
-    return out
+@dataclass(frozen=True)
+class _SharedCores:
+    """How ``search`` prices its two ends' ``shared_cores`` bounds (``search.shared_cores``, as ``whatif`` puts them on a row that
+    keeps the profile's link), where the profile ``g`` (on its fitted link) ran every rank on one host (``on_shared_cores``):
+    from each end's step on the search's full evaluator and, where the search charged no slowdown beside collectives, the
+    same candidate on the profile with its compute undisturbed at the cores' bound (``unslowed_profile``) for the low end."""
+
+    comm_slowdown: float
+    compute_slowdown: float
+    unslowed: Evaluator | None
+
+    @classmethod
+    def on(cls, g: Graph, full: Evaluator, link_model: str | None, wire: Cluster) -> _SharedCores | None:
+        """None where the term does not apply (several hosts or none recorded, or ``wire`` names the wire it ran on)."""
+        if not on_shared_cores(g, Scenario(), wire):
+            return None
+        unslowed = None if full.slowdown else Evaluator(unslowed_profile(g, g, g), full.order, full.costs, full.segments, None,
+                                                        recompute=full.recompute, comm_rate=full.comm_rate, chained=full.chained)
+        return cls(comm_slowdown_beside(g, link_model), 0.0 if full.slowdown else core_bound_slowdown(g), unslowed)
+
+    def of(self, sg: Graph, res: ReplayResult, c: Candidate) -> CoreBounds:
+        """The bounds of candidate ``c``, replayed on the full evaluator as ``sg``, ``res``, per micro-batch. ``res`` may be an
+        evaluator's buffers, which its next replay overwrites: this reads them before returning, and replays ``c`` only
+        on the other evaluator (``unslowed``), whose buffers are its own."""
+        ug = None if self.unslowed is None else self.unslowed.score(c, keep=True)[1][0]
+        above, below = shared_cores_bounds(sg, res, self.comm_slowdown, self.compute_slowdown, ug)
+        return CoreBounds(above / c.accumulate, below / c.accumulate)
 
 
 def _fold(g: Graph, opts: Options) -> tuple[Graph, str | None]:
@@ -340,13 +359,15 @@ class Priced:
 
 
 def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, measured_in: Run | None = None,
-                link_model: str | None = None) -> Priced:
+                link_model: str | None = None, profiled_bandwidth: str | None = None) -> Priced:
     """``strategy`` priced on this run: how a strategy found on one profile is priced on another (a later
     profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
     measurements (slowdown, codec yardstick, chained all-reduces) apply, default ``run``; ``link_model``: a ``calibrate --overlap`` file,
-    the slowdown and the chained all-reduces where that run measured none. The codecs' CPU stretches as ``run``'s own
-    profile measured its cores loaded (``measured.profiled_stretch``), where it did."""
+    the slowdown and the chained all-reduces where that run measured none; ``profiled_bandwidth``: the wire ``run`` ran on, as
+    ``Options.profiled_bandwidth``. The codecs' CPU stretches as ``run``'s own profile measured its cores loaded
+    (``measured.profiled_stretch``), where it did."""
     like = measured_in or run
+    g = profiled_at(g, Cluster(profiled_bandwidth=profiled_bandwidth))
     order = gradient_order(g, run.ranks[0].buckets, run.ranks[0].meta.find_unused)
     c = strategy.compression
     job = job_overlap(like)  # read once: the codecs' yardstick (the job's own only), the chained all-reduces, the slowdown
