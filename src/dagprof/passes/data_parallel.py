@@ -63,7 +63,8 @@ from it, the kept pairs lost): so the quiet price, which the jobs at a stretch b
 Nor does the interval carry more (``search.whatif``; ``conversion_note`` says the point assumes a quiet release): it held 74 of
 95 kept FSDP2 jobs' median unprofiled steps, 41 of the 48 it was examined on; each all-gather's later rank released, at the
 high end, a scheduler slice (3 ms) times the share of the DDP profile's busiest step spent waiting for a core, at the low end
-not at all, took in one more of those 48 for 11 points more width: not kept (docs/evidence.md, branch fsdpiv).
+not at all, took in one more of those 48 (width 68 -> 79 % of the point; 33 -> 36 of the other 47, 60 -> 70 %): not kept
+(docs/evidence.md, branch fsdpiv).
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
