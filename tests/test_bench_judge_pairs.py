@@ -1,5 +1,6 @@
 """``bench/fsdp_fresh/judge_pairs.py`` on the vendored LoRA pairs (``tests/data/lora``): each pair judged as ``dagprof whatif
---data-parallel fsdp`` predicts it against the FSDP profile's own step, and the summary counts what it judged (no timing)."""
+--data-parallel fsdp`` predicts it against the FSDP profile's own step, its interval held against the FSDP job's median
+unprofiled step, and the summary counts what it judged (no timing)."""
 from __future__ import annotations
 
 import json
@@ -24,12 +25,21 @@ def test_the_lora_pairs_judged_as_whatif_predicts_them():
     out = json.loads(done.stdout)
     assert [os.path.basename(r["ddp"]) for r in out["rows"]] == ["ddp-0", "ddp-1"]
     row = out["rows"][0]
-    measured = _whatif(str(DATA / "lora" / "fsdp-0"))["measured_iter_ms"]
-    predicted = _whatif(str(DATA / "lora" / "ddp-0"), "--data-parallel", "fsdp")["scenarios"][0]["predicted_iter_ms"]
+    job = _whatif(str(DATA / "lora" / "fsdp-0"))
+    measured, unprofiled = job["measured_iter_ms"], job["profiler_cost"]["unprofiled_step_ms"]
+    scenario = _whatif(str(DATA / "lora" / "ddp-0"), "--data-parallel", "fsdp")["scenarios"][0]
+    predicted = scenario["predicted_iter_ms"]
     assert row["measured_ms"] == measured and row["predicted_ms"] == predicted
     assert row["error_pct"] == 100.0 * (predicted / measured - 1.0)
+    # the interval is for the job's median unprofiled step: held against it, around the replayed steps' median
+    assert unprofiled is not None and row["unprofiled_ms"] == unprofiled
+    assert (row["lo_ms"], row["hi_ms"], row["predicted_median_ms"]) == (scenario["lo_ms"], scenario["hi_ms"], scenario["predicted_median_ms"])
+    assert row["inside_unprofiled"] == (scenario["lo_ms"] <= unprofiled <= scenario["hi_ms"])
+    assert row["width_pct"] == 100.0 * (scenario["hi_ms"] - scenario["lo_ms"]) / scenario["predicted_median_ms"]
+    assert row["terms"] == scenario["interval_basis"]["terms"]
     s = out["summary"]
     assert s["pairs"] == s["judged"] == 2 and s["within_8"] == sum(abs(r["error_pct"]) <= 8 for r in out["rows"])
+    assert s["judged_unprofiled"] == 2 and s["inside_unprofiled"] == sum(r["inside_unprofiled"] for r in out["rows"])
 
 
 def test_a_folder_without_pairs_is_refused_in_one_line(tmp_path):

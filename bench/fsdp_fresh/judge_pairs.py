@@ -1,7 +1,11 @@
 """DDP -> FSDP judged on kept pairs, no job: for each pair, the FSDP2 step predicted from the DDP profile
 (``dagprof whatif DDP --data-parallel fsdp``) against the FSDP profile's own measured step, inside its 90 % interval or
-not, and the predicted peak memory per rank; then the median miss and how many within 8 %. ``--src`` predicts with
-another tree (a folder holding ``dagprof/``), so two trees compare on the same pairs.
+not, and the predicted peak memory per rank; then the median miss and how many within 8 %. The interval is for the median
+step of a run as the job runs unprofiled (``analysis.interval``): each pair also says whether the FSDP job's median
+unprofiled step (the FSDP profile's steps around its window) lies inside it (``inside_unprofiled``; the point it is held
+against is the replayed steps' median, ``predicted_median_ms``), and the interval's width and terms; the summary counts
+that coverage and the median width. ``--src`` predicts with another tree (a folder holding ``dagprof/``), so two trees
+compare on the same pairs.
 
 ``--to ddp`` judges the reverse on the same pairs: the DDP step predicted from the FSDP profile (``whatif FSDP
 --data-parallel ddp``; its median step, which the interval is for) against the DDP job's median unprofiled step (the
@@ -48,14 +52,20 @@ def whatif(src: str | None, run: str, *args: str) -> dict:
 
 
 def judge(ddp: str, fsdp: str, src: str | None) -> dict:
-    measured = whatif(src, fsdp).get("measured_iter_ms")
+    ref = whatif(src, fsdp)
+    measured = ref.get("measured_iter_ms")
+    unprofiled = (ref.get("profiler_cost") or {}).get("unprofiled_step_ms")  # None: the profile holds too few steps around its window
     out = whatif(src, ddp, "--data-parallel", "fsdp")
     if "error" in out or measured is None:
-        return {"ddp": ddp, "fsdp": fsdp, "error": out.get("error", "the FSDP profile has no measured step")}
+        return {"ddp": ddp, "fsdp": fsdp, "error": out.get("error", ref.get("error", "the FSDP profile has no measured step"))}
     row = out["scenarios"][0]
+    lo, hi, median = row["lo_ms"], row["hi_ms"], row["predicted_median_ms"]
     return {"ddp": ddp, "fsdp": fsdp, "measured_ms": measured, "predicted_ms": row["predicted_iter_ms"],
-            "error_pct": 100.0 * (row["predicted_iter_ms"] / measured - 1.0), "inside": row["lo_ms"] <= measured <= row["hi_ms"],
-            "peak_memory_mb": row.get("peak_memory_mb")}
+            "error_pct": 100.0 * (row["predicted_iter_ms"] / measured - 1.0), "inside": lo <= measured <= hi,
+            "unprofiled_ms": unprofiled, "predicted_median_ms": median, "lo_ms": lo, "hi_ms": hi,
+            "unprofiled_error_pct": None if unprofiled is None else 100.0 * (median / unprofiled - 1.0),
+            "inside_unprofiled": None if unprofiled is None else lo <= unprofiled <= hi,
+            "width_pct": 100.0 * (hi - lo) / median, "terms": row["interval_basis"]["terms"], "peak_memory_mb": row.get("peak_memory_mb")}
 
 
 def judge_to_ddp(ddp: str, fsdp: str, src: str | None) -> dict:
@@ -84,6 +94,10 @@ def main() -> None:
     errs = np.array([r["error_pct"] for r in rows if "error_pct" in r])
     summary = {"pairs": len(rows), "judged": len(errs), "median_miss_pct": float(np.median(np.abs(errs))) if len(errs) else None,
                f"within_{WITHIN_PCT:g}": int((np.abs(errs) <= WITHIN_PCT).sum()), "inside": sum(bool(r.get("inside")) for r in rows)}
+    if args.to == "fsdp":  # the interval held against what it is for: the FSDP job's median unprofiled step
+        held = [r for r in rows if r.get("inside_unprofiled") is not None]
+        summary |= {"judged_unprofiled": len(held), "inside_unprofiled": sum(r["inside_unprofiled"] for r in held),
+                    "median_width_pct": float(np.median([r["width_pct"] for r in held])) if held else None}
     if args.json:
         print(json.dumps({"rows": rows, "summary": summary}))
         return
@@ -91,10 +105,15 @@ def main() -> None:
         if "error" in r:
             print(f"{r['ddp']}: {r['error']}")
         else:
+            unprofiled = "" if r.get("unprofiled_ms") is None else (
+                f"; unprofiled {r['unprofiled_ms']:.1f} ms {'inside' if r['inside_unprofiled'] else 'outside'} {r['lo_ms']:.1f}-{r['hi_ms']:.1f}")
             print(f"{r['ddp']}: {args.to.upper()} measured {r['measured_ms']:.1f} ms, predicted {r['predicted_ms']:.1f} ms ({r['error_pct']:+.1f} %, "
-                  f"{'inside' if r['inside'] else 'outside'} the interval), peak {r['peak_memory_mb'] or float('nan'):.2f} MiB")
+                  f"{'inside' if r['inside'] else 'outside'} the interval{unprofiled}), peak {r['peak_memory_mb'] or float('nan'):.2f} MiB")
+    coverage = "" if summary.get("judged_unprofiled") is None else (
+        f"; unprofiled steps inside the interval {summary['inside_unprofiled']} of {summary['judged_unprofiled']}, median width "
+        f"{summary['median_width_pct'] or float('nan'):.1f} % of the point")
     print(f"{summary['judged']} of {summary['pairs']} judged: median miss {summary['median_miss_pct'] or float('nan'):.1f} %, "
-          f"{summary[f'within_{WITHIN_PCT:g}']} within {WITHIN_PCT:g} %, {summary['inside']} inside the interval")
+          f"{summary[f'within_{WITHIN_PCT:g}']} within {WITHIN_PCT:g} %, {summary['inside']} inside the interval{coverage}")
 
 
 if __name__ == "__main__":

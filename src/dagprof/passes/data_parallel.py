@@ -60,6 +60,11 @@ call as the FSDP2 jobs did, stretched alike. With 2-20 ms of compute between the
 scheduler slice late and the rest together; how often follows the FSDP job's own load (across 63 kept pairs its mean release
 was 0.20 ms + 3.5 ms x (its stretch - 1)), which no load the DDP profile records tracks (its stretch: Spearman -0.08; priced
 from it, the kept pairs lost): so the quiet price, which the jobs at a stretch below 1.1 met (a median 0.34 ms a call).
+Nor does the interval carry more (``search.whatif``; ``conversion_note`` says the point assumes a quiet release): it held 74 of
+95 kept FSDP2 jobs' median unprofiled steps, 41 of the 48 it was examined on; each all-gather's later rank released, at the
+high end, a scheduler slice (3 ms) times the share of the DDP profile's busiest step spent waiting for a core, at the low end
+not at all, took in one more of those 48 (width 68 -> 79 % of the point; 33 -> 36 of the other 47, 60 -> 70 %): not kept
+(docs/evidence.md, branch fsdpiv).
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
@@ -187,10 +192,14 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + blocking_note(g, measured) + final_scatter_note(g) + dtensor_note(g) + host_note(g) + (
-        "a DDP profile has no FSDP all-gather skew at the FSDP job's own load (gloo's later rank, priced at a quiet machine's "
-        "release, came out 2.5-12x later beside another job; bench/fsdp_release.py) and no reduce-scatter's lag beyond a wake-up "
-        "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
-        "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
+        "the point assumes a quiet release: gloo's all-gather lets its later rank go as on a quiet machine, where how often a call "
+        "releases it a scheduler slice late follows the FSDP job's own load at its moment (beside another job the release came out "
+        "2.5-12x later; bench/fsdp_release.py), which a DDP profile does not record, nor a reduce-scatter's lag beyond a wake-up "
+        "(dagprof calibrate --fsdp measures them for --link-model); the interval (the replayed steps, the link fit, the level the "
+        "point stands on, the shared cores' bounds) held 74 of 95 kept FSDP2 jobs' median unprofiled steps (median width 65 % of "
+        "the point; bench/fsdp_fresh/judge_pairs.py): 9 ran below its low end, 12 above its high end (those jobs' later ranks "
+        "released a median 0.85 ms a call, the jobs' inside 0.36), so FSDP may run slower than its high end on a machine busier "
+        "than when profiled; with FSDP2's hooks and each call's fixed cost "
         "priced too, 30 quiet held-out pairs (DDP and FSDP2 jobs profiled one after the other, 2 gloo ranks, load 1.9-5.6; "
         "bench/fsdp_fresh/judge_pairs.py) were predicted -50 to +102 % off the FSDP job's step, median miss 14 %, 12 within 8 % (an "
         "MLP-Mixer behind frozen blocks 14 %, 4 of 10; a ResNet 17 %, 4 of 10; LoRA fine-tunes 3.6-43 %, 4 of 10): the FSDP jobs' "
