@@ -312,7 +312,7 @@ BUSY_CHAIN = 3  # PowerSGD's all-reduces per bucket: the uncompressed tensors, P
 
 def calibration_backward() -> Work:
     """Backward-like work of the calibration's own, for ``chained_busy`` where the job's backward is not at hand: a small
-    CNN's backward (two 3x3 convolutions and a linear head, batch 8 of 32x32 images; a few ms a unit on one core), on one
+    CNN's backward (two 3x3 convolutions and a linear head, batch 8 of 32x32 images; 2.6 ms a unit on an idle core), on one
     thread as the testbed's jobs run."""
     import torch
     import torch.nn as nn
