@@ -50,6 +50,9 @@ def test_calibrate_overlap_writes_the_slowdown_into_the_link_model(calibrated):
     assert [b for b, _ in o["chained_allreduce"]] == [4096, 16384, 65536] and all(us > 0 for _, us in o["chained_allreduce"])
     # and with the hook's kind of CPU between them: that CPU's time there per unit of its fastest time alone on the rank
     assert o["chained_stretch"] > 0
+    # and the chain of three issued while the calibration's own backward runs on the issuing thread, as a bucket's hook
+    # issues PowerSGD's before the last gradient: what each took there
+    assert [b for b, _ in o["chained_busy"]] == [4096, 16384, 65536] and all(us > 0 for _, us in o["chained_busy"])
     # the rest of the file reads as before
     assert read_link_model(out).link.bandwidth_bytes_per_s > 0 and [k for k, _ in read_link_model(out).kinds] == ["all_gather"]
     assert read_link_model(out).fsdp is None

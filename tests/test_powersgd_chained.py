@@ -147,6 +147,41 @@ def test_the_chained_buckets_cpu_takes_what_cpu_between_chained_all_reduces_took
         assert b.dur[c1] - a.dur[c1] == pytest.approx(0.5 * (second.issue_us + second.middle_us + second.decode_us))
 
 
+def test_a_bucket_closed_during_the_backward_pays_the_chain_measured_beside_a_busy_backward(strategy, tmp_path):
+    """``calibrate --overlap`` also times PowerSGD's chain issued while a backward runs on the issuing thread
+    (``chained_busy``): the first bucket, whose chain runs beside the backward, pays its excess over the link model at each
+    of its three all-reduces; the second, closed by the last gradient, keeps the idle chain's. A file written before it
+    was measured prices both by the idle chain, as before."""
+    import json
+    import shutil
+
+    from dagprof.costmodel.alphabeta import AlphaBeta
+    from dagprof.costmodel.topology import save_link_model
+    from dagprof.passes.bucket_plan import BucketSlots
+    from dagprof.passes.compression import Chained, chained_latency_us
+
+    user = tmp_path / "run"
+    shutil.copytree(RUN / "defaults", user, ignore=shutil.ignore_patterns("overlap.json"))
+    table = json.loads((RUN / "defaults" / "overlap.json").read_text())
+    assert "chained_busy" not in table  # recorded before it was measured
+    busy = [[b, us + 2000.0] for b, us in table["chained_allreduce"]]
+    before, beside = (save_link_model(tmp_path / f"link{i}.json", AlphaBeta(0.0, 0.04), overlap={**table, **extra})
+                      for i, extra in enumerate(({}, {"chained_busy": busy})))
+    run = open_run(str(user))
+    costs = str(RUN / "codec-costs.json")
+    a, b = (predict_run(run.run, run.graph, strategy, costs, link_model=str(lm)).graph for lm in (before, beside))
+    price = BucketSlots(run.graph, gradient_order(run.graph, run.run.ranks[0].buckets)).price
+    idle = Chained(tuple((bb, us) for bb, us in table["chained_allreduce"]))
+    more = chained_latency_us(Chained(idle.allreduce, busy=tuple((bb, us) for bb, us in busy)), price, True) - chained_latency_us(idle, price)
+    assert more > 1000.0
+    assert chained_latency_us(idle, price, True) == chained_latency_us(idle, price)  # no busy table: the idle one
+    per_step, _ = bucket_allreduces(a)
+    assert len(per_step) == 5
+    for c0, c1 in per_step.values():
+        assert b.dur[c0] - a.dur[c0] == pytest.approx(3 * more)
+        assert b.dur[c1] == pytest.approx(a.dur[c1])
+
+
 def test_a_first_bucket_issues_at_the_measured_stretch(defaults):
     """A first bucket's issue, on the training thread, runs as much slower as the chain's CPU (``Chained.stretch``),
     whether its hook runs after the backward (one bucket, the whole model: in the strategy runs of the held-out embedding

@@ -131,8 +131,10 @@ def to_text(r: dict) -> str:
             lines.append(f"compute beside an in-flight {o['allreduce_bytes'] / MB:.3g} MiB all-reduce ({o['allreduce_s'] * 1e3:.1f} ms): "
                          f"compute overlapping it for a fraction f of its time takes (1 + {o['slowdown']:.2f} f) as long, the all-reduce beside "
                          f"compute (1 + {o.get('comm_slowdown', 0.0):.2f} f); PowerSGD's hook's CPU between chained all-reduces "
-                         f"{o.get('chained_stretch', 0.0):.2f}x its idle time (use with: dagprof optimize RUN --link-model FILE; dagprof sgd LAYERS "
-                         f"--link-model FILE)")
+                         f"{o.get('chained_stretch', 0.0):.2f}x its idle time; its chained all-reduces beside a busy backward "
+                         + (", ".join(f"{b // 1024} KiB {us / 1e3:.2f} ms" for b, us in o["chained_busy"]) if o.get("chained_busy") else "not measured")
+                         + " (use with: dagprof optimize RUN --link-model FILE; dagprof sgd LAYERS "
+                         "--link-model FILE)")
     if r["out"]:
         lines.append(f"link model: {shown(r['out'])} (use with: dagprof whatif RUN --link-model {shown(r['out'])})")
     return "\n".join(lines)

@@ -59,6 +59,7 @@ class Chained:
 
     allreduce: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce); empty: not measured
     stretch: float = 0.0  # the hook's CPU per unit of its idle price (after the backward; its issue always; ``measured.chained_in_job``); 0: none
+    busy: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce) issued beside a busy backward; empty: ``allreduce`` there too
 
     @property
     def cpu_factor(self) -> float:
@@ -148,9 +149,10 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     es = order.element_size
     later = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
     hook = parts.issue_us if later else 0.0
-    transfers = price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es) + 3 * chained_latency_us(chained, price)
-    cpu = hook + parts.middle_us + parts.decode_us
     during_backward = last < len(order) - 1
+    transfers = (price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es)
+                 + 3 * chained_latency_us(chained, price, during_backward))
+    cpu = hook + parts.middle_us + parts.decode_us
     # While backward runs, the channel's CPU work shares the training thread's core: the backward loses that CPU (steal)
     # and the callbacks run ``beside`` slower themselves; after the last gradient the training thread only waits, and the
     # callbacks take what CPU between chained all-reduces took on the cluster (``Chained.stretch``).
@@ -160,9 +162,12 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     return BucketCost(issue + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
 
-def chained_latency_us(chained: Chained, price: Callable[[float], float]) -> float:
+def chained_latency_us(chained: Chained, price: Callable[[float], float], during_backward: bool = False) -> float:
     """What a small all-reduce issued from a completion callback took in the job's group beyond ``price`` (the link
-    model), the median over the measured sizes; 0 where the job measured none."""
-    if not chained.allreduce:
+    model), the median over the measured sizes; 0 where the job measured none. ``during_backward`` (a bucket closed
+    before the last gradient): as measured issued beside a busy backward (``Chained.busy``) where that was measured,
+    else (link models written before it was) as on idle cores."""
+    table = chained.busy if during_backward and chained.busy else chained.allreduce
+    if not table:
         return 0.0
-    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in chained.allreduce)
+    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in table)

@@ -65,9 +65,11 @@ def chained_in_job(m: Overlap | None, stretch: float) -> Chained:
     """PowerSGD's small all-reduces as they ran in the job's group (``m``: ``job_overlap``), else in ``calibrate --overlap``'s
     group on the job's cluster (``or_calibrated``), with the CPU between them at ``stretch`` (``profiled_stretch``: the
     priced profile's own load) where the profile measured it, else at what ``m`` measured (``chained_stretch``, minutes
-    before the profile, at another load); unmeasured where neither measured them."""
+    before the profile, at another load); unmeasured where neither measured them. The chain beside a busy backward
+    (``chained_busy``) where measured; files written before it was price that chain as the idle one."""
     allreduce = () if m is None else tuple((int(b), float(us)) for b, us in m.chained_allreduce)
-    return Chained(allreduce, stretch or (0.0 if m is None else m.chained_stretch))
+    busy = () if m is None else tuple((int(b), float(us)) for b, us in m.chained_busy)
+    return Chained(allreduce, stretch or (0.0 if m is None else m.chained_stretch), busy)
 
 
 def profiled_stretch(run: Run) -> float:

@@ -208,7 +208,11 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         if opts.powersgd_ranks and opts.chained_allreduce.allreduce:
             notes.append("PowerSGD's three all-reduces per bucket each pay the latency beyond the link model that small all-reduces "
                          "chained by completion callbacks measured in the job's group or on its cluster (" +
-                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce.allreduce) + ")")
+                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce.allreduce) + ")" +
+                         ("; a bucket closed during the backward, as they took issued beside a busy backward (" +
+                          ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce.busy) + ")"
+                          if opts.chained_allreduce.busy else
+                          "; during the backward too (its measurement predates the chain timed beside a busy backward)"))
     memory = None
     cand_segments: list[Segment] = []
     if opts.memory_budget is not None:

@@ -16,7 +16,10 @@ previous one's completion callback (``chained_allreduce``), as PowerSGD's hook i
 testbed's 200 Mbit/s link under load 7 a 16 KiB one took 2.7 ms where the link model fitted on the job's buckets
 prices 0.7 ms (gloo's thread hand-offs and wake-ups, which a bucket's transfer hides and a small message pays whole);
 and the same chain with the hook's kind of CPU in each callback (``chained_stretch``), which it takes longer there than
-alone: the ranks wait for a core, for the wake-up after it, and for the later rank at each all-reduce.
+alone: the ranks wait for a core, for the wake-up after it, and for the later rank at each all-reduce. And PowerSGD's
+chain of three small all-reduces issued while a backward runs on the issuing rank's training thread (``chained_busy``), as
+a bucket's hook issues them before the last gradient: on the testbed the held-out conv's first bucket's all-reduces took
+3.4-3.8 ms each beside its backward where the idle chain priced 0.8-2.5 (gloo's threads waiting for a core).
 """
 from __future__ import annotations
 
@@ -61,6 +64,9 @@ class Overlap(msgspec.Struct, frozen=True):
     # CPU between chained all-reduces, as torch's PowerSGD hook runs it between its own, per unit of that CPU's fastest
     # time alone on the rank (``chained_stretch``), the slowest rank's (0 in files written before it was measured)
     chained_stretch: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    # (bytes, us per all-reduce) of PowerSGD's three chained all-reduces issued while a backward runs on the issuing thread
+    # (``chained_busy``), the slowest rank's (empty in files written before it was measured: priced by ``chained_allreduce``)
+    chained_busy: list[tuple[int, float]] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
@@ -173,7 +179,8 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
     t = torch.tensor([statistics.median(samples), ref, statistics.median(comm_samples)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
-                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued, chained_stretch=chained_stretch(repeats))
+                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued, chained_stretch=chained_stretch(repeats),
+                   chained_busy=chained_busy(work if work and work.name == "backward" else None, 2 * repeats))
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
@@ -267,11 +274,17 @@ def chained_stretch(repeats: int = 4, units: int = 1, chain: int = 4) -> float:
 def _chain_s(buf: "torch.Tensor", chain: int, cpu: Callable[[], None] | None) -> float:
     """Seconds for ``chain`` all-reduces of ``buf``, each from the previous one's completion callback as torch's PowerSGD
     hook issues them: the callback runs ``cpu``, issues the next and waits for it."""
+    return _start_chain(buf, chain, cpu)[0]()
+
+
+def _start_chain(buf: "torch.Tensor", chain: int, cpu: Callable[[], None] | None) -> tuple[Callable[[], float], Callable[[], bool]]:
+    """Issue ``_chain_s``'s chain and return at once: (wait: the seconds from its issue to its last completion,
+    done: whether it completed), so the calling thread can compute while the chain runs on gloo's threads."""
     import threading
 
     import torch.distributed as dist
 
-    done = threading.Event()
+    done, end = threading.Event(), []
 
     def link(k: int) -> None:
         if cpu is not None:
@@ -280,13 +293,83 @@ def _chain_s(buf: "torch.Tensor", chain: int, cpu: Callable[[], None] | None) ->
             dist.all_reduce(buf, async_op=True).get_future().wait()
             link(k + 1)
         else:
+            end.append(time.perf_counter())
             done.set()
 
     t0 = time.perf_counter()
     dist.all_reduce(buf, async_op=True).get_future().then(lambda _: link(0))
-    if not done.wait(600):
-        raise DagprofError(f"chained all-reduces of {buf.numel() * 4} bytes did not complete in 10 minutes")
-    return time.perf_counter() - t0
+
+    def wait() -> float:
+        if not done.wait(600):
+            raise DagprofError(f"chained all-reduces of {buf.numel() * 4} bytes did not complete in 10 minutes")
+        return end[0] - t0
+
+    return wait, done.is_set
+
+
+BUSY_CHAIN = 3  # PowerSGD's all-reduces per bucket: the uncompressed tensors, P, Q
+
+
+def calibration_backward() -> Work:
+    """Backward-like work of the calibration's own, for ``chained_busy`` where the job's backward is not at hand: a small
+    CNN's backward (two 3x3 convolutions and a linear head, batch 8 of 32x32 images; 2.6 ms a unit on an idle core), on one
+    thread as the testbed's jobs run."""
+    import torch
+    import torch.nn as nn
+
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10))
+    x, y = torch.randn(8, 3, 32, 32, generator=g), torch.randint(0, 10, (8,), generator=g)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        work = backward_work(lambda: nn.functional.cross_entropy(model(x), y))
+    finally:
+        torch.set_num_threads(threads)
+
+    def run(n: int) -> None:
+        torch.set_num_threads(1)
+        try:
+            work.run(n)
+        finally:
+            torch.set_num_threads(threads)
+
+    return Work("calibration backward", run)
+
+
+def chained_busy(work: Work | None = None, repeats: int = 8) -> list[tuple[int, float]]:
+    """(bytes, us per all-reduce) at each of ``CHAINED_BYTES`` of PowerSGD's chain (``BUSY_CHAIN`` all-reduces, each from
+    the previous one's completion callback, which issues it and waits) issued from the training thread while it runs a
+    backward (``work``, the job's own; None: ``calibration_backward``) until the chain completed, as a bucket's hook issues
+    its chain before the last gradient; the slowest rank's (every rank must call it). ``chained_allreduce`` times the
+    chain on idle cores; beside the backward gloo's threads wait for a core and the peer's."""
+    import torch
+    import torch.distributed as dist
+
+    work = work or calibration_backward()
+    work.run(1)  # warm-up
+    t = torch.tensor([_chained_busy_us(size, work, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
+
+
+def _chained_busy_us(nbytes: int, work: Work, repeats: int) -> float:
+    """Median microseconds per all-reduce of ``chained_busy``'s chain of ``nbytes`` beside ``work``."""
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.ones(nbytes // 4)
+    dist.all_reduce(buf)
+    per = []
+    for _ in range(max(repeats, 3)):
+        dist.barrier()
+        wait, done = _start_chain(buf, BUSY_CHAIN, None)
+        work.run(1)  # at least one unit: the chain is beside the backward even where it completes within it
+        while not done():
+            work.run(1)
+        per.append(wait() / BUSY_CHAIN)
+    return statistics.median(per) * 1e6
 
 
 def measure_into(folder: str, rank: int) -> None:
