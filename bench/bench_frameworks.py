@@ -114,6 +114,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "hvd_lstm_lm": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "jax_zero_rs": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "jax_moe_a2a": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "jax_tfm_zero_scan": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_bilstm_tagger_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "jax_wavenet_lion": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_gru_forecast": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),

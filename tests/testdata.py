@@ -9,8 +9,8 @@ GLOO_WINDOWS = DATA / "gloo-windows"
 TF_RECSYS_RAGGED = DATA / "tf" / "recsys-ragged"
 
 
-def at_testbed_wire(run: Path):
-    """The graph of a vendored testbed round profiled on the shaped loopback at 1 Gbit/s, marked with that wire as the
+def at_testbed_wire(run: Path, rate: float = 1e9):
+    """The graph of a vendored testbed round profiled on the shaped loopback at ``rate`` bit/s, marked with that wire as the
     benches' what-ifs to 200 Mbit/s mark it (``bench/shaped_loopback.rate_models``): the graph the link fit reads. The
     caller has ``bench/`` on ``sys.path``, as every test that reads ``shaped_loopback``."""
     from shaped_loopback import rate_models
@@ -19,7 +19,7 @@ def at_testbed_wire(run: Path):
     from dagprof.search.scenario import profiled_at
 
     g = open_run(run).graph
-    return profiled_at(g, rate_models(g, str(run), 1e9, 200e6).settings)
+    return profiled_at(g, rate_models(g, str(run), rate, 200e6).settings)
 
 
 def recsys_logged_ids() -> dict[int, list[int]]:

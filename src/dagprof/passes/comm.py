@@ -131,8 +131,11 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     own = last == 0
     wire = last.copy()
     wire[own] = wire_lags(g, consumers[own, 0], lag[own])
+    wire[lags_not_wire(g, consumers[:, 0])] = 0.0
     waits, after = _peer_waits(g)
     joins, left = _chained_joins(g, idx)
+    wired = ~lags_not_wire(g, left)
+    joins, left = joins[wired], left[wired]
     before = measured_on if (wire > 0).any() or len(waits) or len(joins) else None
     per_all, moved_all = np.ones(len(g)), np.zeros(len(g))
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
@@ -156,7 +159,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             grow = np.minimum(wire[mine], moved[consumers[mine, 0]]) * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than the wire in its gap
             grow = np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]]))
             np.add.at(gap, consumers[mine, 1], grow)
-            exit_lag[idx[sel]] += np.minimum(exit_lag[idx[sel]], moved[idx[sel]]) * (per[idx[sel]] - 1.0)
+            exit_lag[idx[sel]] += np.minimum(exit_lag[idx[sel]], moved[idx[sel]]) * (per[idx[sel]] - 1.0) * ~lags_not_wire(g, idx[sel])
             per_all[idx[sel]], moved_all[idx[sel]] = per[idx[sel]], moved[idx[sel]]
             carried = mine & ~own
             np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
@@ -377,6 +380,19 @@ def _horovod_stalls(g: Graph, idx: np.ndarray, priced: np.ndarray, kinds: np.nda
 def _scaled(us: float, overhead_us: float, factor: float) -> float:
     """A collective's price with its transfer (not its fixed overhead) scaled by ``factor`` (``Topology.kind_factor``)."""
     return us if factor == 1.0 or us <= overhead_us else overhead_us + (us - overhead_us) * factor
+
+
+def lags_not_wire(g: Graph, colls: np.ndarray) -> np.ndarray:
+    """Per collective of ``colls``, whether its ranks' lags behind its first rank out are no wire time (``exit_lags``), so
+    that a link change leaves them as measured: a JAX job's on gloo (``jax_on_gloo``) but its all-gathers. Those nodes span
+    their transfer (``passes.link_fit.transfer_spanned``): each rank leaves with the bytes crossed, and what one took longer
+    is its own wake-up. On the testbed's kept round of ``bench/frameworks/jax_zero_rs.py`` (/tmp/jaxfit/h3, 1 Gbit/s, its
+    200 Mbit/s job beside it) the consumers' gaps after the 1 MB reduce-scatters were 0.14 / 0.55 ms (ranks 0 / 1) and at
+    200 Mbit/s 0.25 / 0.14, scaled as wire they were priced 0.72 / 2.74, the median step +5.8 % (now +2.2); the 1 MB
+    all-gathers' grew, 0.65 / 2.34 -> 4.64 / 8.17 (gloo's all-gather ends on one rank while the other's half still crosses)."""
+    if not jax_on_gloo(g):
+        return np.zeros(len(colls), dtype=bool)
+    return g.comm_kind[colls] != CommKind.ALL_GATHER
 
 
 def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

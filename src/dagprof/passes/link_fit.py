@@ -4,8 +4,8 @@
 job the data-parallel ones only, ``priced_comm``): latency and bandwidth together where sizes tell them apart
 (``fit_link``, robust to a few stalled instances whose excess stays on them: ``keep_stalls``; on a JAX job, also to those
 slower than every instance of a larger size, ``slower_than_larger``), one kind's own link per
-FSDP collective kind (``profiled_kinds``), and split at the wire rate the run was profiled at where known
-(``split_at_wire``). ``passes.comm`` prices every collective on that topology.
+FSDP collective kind (``profiled_kinds``; a JAX job's all-gathers on their own, ``gathers_apart``, ``gathers_own_line``),
+and split at the wire rate the run was profiled at where known (``split_at_wire``). ``passes.comm`` prices every collective on that topology.
 """
 from __future__ import annotations
 
@@ -87,6 +87,9 @@ class LinkFit:
     # an FSDP profile's per-kind links fitted with one overhead where one link fits its kinds poorly (``kinds_fit``): ``Topology.kinds``
     kinds: tuple[tuple[str, AlphaBeta], ...] = ()
     apart: bool = False  # a JAX job's all-gathers set apart, on a link of their own (``gathers_apart``)
+    # a JAX job's all-gathers' own line where no other kind shows a slope of its own (``gathers_own_line``); None: their kind's
+    # time per byte, as measured, on the one fit's overhead (``profiled_kinds``)
+    gathers: AlphaBeta | None = None
 
     def describe(self) -> str:
         r2 = "" if self.r2 is None else f", R^2 {self.r2:.2f}"
@@ -156,7 +159,42 @@ def link_fit(g: Graph) -> LinkFit:
     if fit.weak is not None and not concurrent and (joint := kinds_fit(g)) is not None:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
-    return fit
+    return gathers_own_line(g, fit) or fit
+
+
+def gathers_own_line(g: Graph, fit: LinkFit) -> LinkFit | None:
+    """``fit`` (the one line through every kind of a JAX job on gloo, ``jax_on_gloo``) with its all-gathers set apart on a
+    line of their own, fitted to them alone (latency and bandwidth, robust: ``_fit_timed``; their stalls that line's), where
+    ``gathers_apart`` set none apart because no other kind shows a slope of its own (``transfer_spanned``) but the
+    all-gathers do; None elsewhere (and where their own fit cannot tell latency from bandwidth). Each other kind then
+    costs on its own link too (``profiled_kinds``: its time as measured, less the one fit's stalls, per byte; the wire its
+    floor, ``wire_floor``).
+
+    The all-gathers' nodes end with their first rank out (``transfer_spanned``): a share of their transfer, which scales
+    with the link as the transfer does. Through the one line they were priced as a whole transfer and kept the rest as
+    fixed time. ``bench/frameworks/jax_fsdp_conv.py`` on the testbed (500 Mbit/s, one 378 kB all-reduce and one 4 kB
+    all-to-all a micro-batch beside 13 all-gathers of 20 B-288 kB): its 288 kB all-gathers took 2.35-2.64 ms in 24 of 32
+    instances, 0.56 of the one line's price (the line 103 % of the wire, carried by the all-reduces at 1.0-2.5 times it);
+    at 200 Mbit/s they took 6.2-8.2 ms and were priced 10.4-12.8, the what-if's median step +9.3 % over the measured
+    168.1 ms. On their own line (0.48 of the wire's time per byte, latency 24 us a ring step) +0.4 %, the model of the
+    profiled run +1.9 -> -0.4 %."""
+    if not jax_on_gloo(g) or fit.weak is not None or g.meta.comm_lanes > 1:
+        return None
+    comm = profiled_comm(g)
+    gat = g.comm_kind[comm] == CommKind.ALL_GATHER
+    nbytes, dur = profiled_collectives(g)
+    if gat.all() or not _sizes_apart(nbytes[gat]):  # all-gathers alone: the one line is theirs
+        return None
+    n = priced_world_size(g)
+    wire = None if g.meta.wire_bytes_per_s is None else 1e6 / g.meta.wire_bytes_per_s
+    own = _fit_timed(nbytes[gat], dur[gat], n, False, wire, joined_together(g, comm[gat]), monotone=True)
+    if own.weak is not None:
+        return None
+    steps = 2 * (max(n, 2) - 1)  # their latency beside the one fit's overhead, which every kind pays (``fit_topology``)
+    link = AlphaBeta(max(own.link.alpha_us - _collective_overhead_us(g, fit) / steps, 0.0), own.link.beta_us_per_byte)
+    stalls = np.zeros(len(comm)) if fit.stalls is None else fit.stalls.copy()
+    stalls[gat] = 0.0 if own.stalls is None else own.stalls
+    return replace(fit, apart=True, gathers=link, stalls=stalls if stalls.any() else None)
 
 
 def gathers_apart(g: Graph) -> LinkFit | None:
@@ -235,7 +273,8 @@ def wire_floor(g: Graph) -> float | None:
     .instance_residuals``): a head start is time the schedule gives, not bytes. Not the one line either: through
     all-gathers that measure a share of their transfer (``transfer_spanned`` sets none apart where no other kind shows a
     slope), ``bench/frameworks/jax_fsdp_conv.py``'s read 112 % of its 500 Mbit/s wire, and floored it priced 200 Mbit/s
-    +13.3 % (was +9.3). Other frameworks' fits beating the wire (TF's loopback at 1.1-3.4 times it) scale by the rate
+    +13.3 % (was +9.3; its all-gathers now on their own line, ``gathers_own_line``, and its other kinds floored:
+    +0.4 %). Other frameworks' fits beating the wire (TF's loopback at 1.1-3.4 times it) scale by the rate
     ratio, as before (``search.scenario.wire_bandwidth``)."""
     if not jax_on_gloo(g) or g.meta.wire_bytes_per_s is None:
         return None
@@ -473,7 +512,8 @@ def _collective_overhead_us(g: Graph, fit: LinkFit) -> float:
 
 def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, AlphaBeta, bool]]:
     """``profiled_kinds``' links, each with whether the wire floored it (``wire_floor``; never the all-gathers a JAX fit set
-    apart, whose nodes end with their first rank out: ``transfer_spanned``)."""
+    apart, whose nodes end with their first rank out: ``transfer_spanned``; on their own line where the fit has one,
+    ``LinkFit.gathers``)."""
     sample = _kind_sample(g, fit.apart)
     if sample is None:
         return []
@@ -487,7 +527,9 @@ def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, A
     for kind in np.unique(kinds).tolist():
         sel = kinds == kind
         transfer = float(dur[sel].sum()) - overhead_us * int(sel.sum())
-        if transfer > 0:
+        if kind == gather and fit.gathers is not None:
+            out.append((kind, fit.gathers, False))
+        elif transfer > 0:
             beta = transfer / float(wire[sel].sum())
             floored = floor is not None and beta < floor and not (fit.apart and kind == gather)
             out.append((kind, AlphaBeta(0.0, floor if floored else beta), floored))
