@@ -199,7 +199,6 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.costmodel.topology import Topology, read_link_model
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
-    from dagprof.passes.comm_cpu import keep_comm_cpu
     from dagprof.passes.compute import share_cores
     from dagprof.passes.overlap import core_bound_slowdown
     from dagprof.passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, scale_host_work
@@ -258,9 +257,6 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
 
         def cell(g0):
             g = set_topology(g0, base_topo)
-            # as whatif's --cores: the profiled ranks' gloo CPU on the shared cores, read before their copies; an unshaped link
-            # prices it instead, its all-reduces the copies of ranks / cores copiers (above)
-            g = keep_comm_cpu(g) if ranks > cores and RATES[rate] is not None else g
             g = scale_workers(g, ranks, replicate=True) if ranks != prof_ranks else g
             g = set_topology(g, Topology.flat(ranks, link))
             g = set_buckets(g, cap * 2**20)
