@@ -1,14 +1,17 @@
 """The CPU a rank's collectives spend on its host's cores beside its training thread (gloo's threads: the ring's sends,
-receives and reductions, and the kernel's network stack run in them), priced per byte the rank sends, for ``--cores``.
+receives and reductions, with the kernel's network stack that runs in them), priced per byte the rank sends, for
+``--cores``.
 
 dagprof's collector records per step the training thread's CPU and its process's (``traces.meta.StepSched``); the rest is
-the process's other threads. On the tiedlm FSDP2 job (``bench/bench_fsdp.py --part 12``, hooks only, 1 Gbit/s testbed,
-2026-12-06) they took 11-19 ms a step per rank on 2 ranks (7 kept profiles, the training thread 96-152 ms) and 17-26 ms
-on 4 (2 profiles, 8 ranks): about the ring's bytes sent per rank, (N-1)/N of each gathered or reduced tensor, 1.5x from 2
-to 4 ranks. ``share_cores`` queues the ranks' compute on the shared cores; gloo's threads, off them, took none of the
-cores there, so 4 ranks on 2 cores were predicted 8-13 % short (kept rounds). Each collective now holds a core for its
-rank's share, ``CommCpu.us_per_byte`` times the bytes the rank sends in it, beside its transfer: it delays the
-collective only where it waits for a core, and the compute queued behind it.
+the process's other threads. On the tiedlm FSDP2 job (``bench/bench_fsdp.py --part 12``, hooks only, 1 Gbit/s testbed)
+they took 11-22 ms a step per rank on 2 ranks (8 kept profiles) and 17-26 ms on 4 (2 profiles): about the ring's bytes
+sent per rank, (N-1)/N of each gathered or reduced tensor, 1.5x from 2 to 4 ranks (this prices 19.4 ms on 4 where a
+sampled 4-rank job's threads took 17.1). ``share_cores`` queued only the ranks' compute on the shared cores, so 4 ranks
+on 2 cores were predicted 8-14 % short in change (kept rounds). A sampled hold (``/proc`` every 0.25 s, 2026-12-06):
+on 4 ranks each rank's gloo threads waited 59 ms a step for a core (20 on 2 ranks), its training thread 69 (12), while
+the 2 cores sat idle 37 % of the step (softirq 2 %, ksoftirqd and other processes 1 %, steal 0): no foreign CPU, the
+ranks' own threads waking together after each collective. Each FSDP collective now holds a core per rank for its share
+of that CPU between its join and the rest of its transfer; the FIFO queue gives it 11 of those 59 ms a step.
 """
 from __future__ import annotations
 
