@@ -7,7 +7,7 @@ the process's other threads. On the tiedlm FSDP2 job (``bench/bench_fsdp.py --pa
 they took 11-22 ms a step per rank on 2 ranks (8 kept profiles) and 17-26 ms on 4 (2 profiles): about the ring's bytes
 sent per rank, (N-1)/N of each gathered or reduced tensor, 1.5x from 2 to 4 ranks (this prices 19.4 ms on 4 where a
 sampled 4-rank job's threads took 17.1). ``share_cores`` queued only the ranks' compute on the shared cores, so 4 ranks
-on 2 cores were predicted 8-14 % short in change (kept rounds). A sampled hold (``/proc`` every 0.25 s, 2026-12-06):
+on 2 cores were predicted 7-14 % short in change (kept rounds). A sampled hold (``/proc`` every 0.25 s, 2026-12-06):
 on 4 ranks each rank's gloo threads waited 59 ms a step for a core (20 on 2 ranks), its training thread 69 (12), while
 the 2 cores sat idle 37 % of the step (softirq 2 %, ksoftirqd and other processes 1 %, steal 0): no foreign CPU, the
 ranks' own threads waking together after each collective. Each FSDP collective now holds a core per rank for its share
