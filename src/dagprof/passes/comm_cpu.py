@@ -50,13 +50,14 @@ def _sent(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(out_c, np.int64), np.asarray(out_w, np.int64), np.asarray(out_b, np.float64)
 
 
-def _issued(g: Graph, comm: np.ndarray, rank: np.ndarray) -> np.ndarray:
+def _issued(g: Graph, comm: np.ndarray, wait: np.ndarray) -> np.ndarray:
     """Each (collective, rank)'s place in the rank's program order: just after the rank's enqueue of it, so its CPU is
-    queued ahead of the compute the rank runs while the collective is in flight (gloo's threads run beside it)."""
+    queued ahead of the compute the rank runs while the collective is in flight (gloo's threads run beside it); just
+    before the rank's op that waits for it where no enqueue of the rank joins it."""
     order = np.empty(len(comm))
-    for i, (c, r) in enumerate(zip(comm.tolist(), rank.tolist())):
-        e = issuers(g, c).get(r)
-        order[i] = np.nextafter(g.order[e], np.inf) if e is not None else np.nan
+    for i, (c, w) in enumerate(zip(comm.tolist(), wait.tolist())):
+        e = issuers(g, c).get(int(g.rank[w]))
+        order[i] = np.nextafter(g.order[e], np.inf) if e is not None else np.nextafter(g.order[w], -np.inf)
     return order
 
 
@@ -118,7 +119,7 @@ def with_comm_cpu(g: Graph, host_device: np.ndarray) -> Graph:
     name = np.array([b.intern(f"rank{int(r)}.gloo cpu {g.node_name(int(c))}") for r, c in zip(rank.tolist(), comm.tolist())], np.int32)
     # a copy's kind (Horovod's copies on its background thread alike): not compute that collectives slow (``passes.overlap``)
     cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(Kind.MEMCPY)), rank=rank, device=host_device[rank], dur=cpu_us,
-                      order=_issued(g, comm, rank), step=g.step[wait], layer=g.layer[wait])
+                      order=_issued(g, comm, wait), step=g.step[wait], layer=g.layer[wait])
     rest = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} (after its gloo cpu)") for c in colls.tolist()], np.int32),
                        kind=np.full(len(colls), int(Kind.SYNC)), rank=g.rank[colls], device=np.full(len(colls), -1), gap=np.maximum(g.dur[colls] - most, 0.0),
                        order=g.order[colls], step=g.step[colls], layer=g.layer[colls])
