@@ -5,7 +5,8 @@ own cores: ``--cores`` puts every rank's lane on one shared device, which ``lane
 time (layers, optimizer, other host work), sleep (waits' gaps and idle lanes) and the collectives by kind, with each
 graph's all-gathers' and reduce-scatters' time per step. ``--per-rank``: a row per rank too; ``--cores N``: each graph's
 step (``job_iteration_us``) also with ``--cores N`` (the 2-rank profile's ``--workers 4 --cores N``), the sharing's price
-beside what the 4-rank profile's ops ran longer by. ``tiedlm_workers.py`` keeps ``rK-tiedlm-profile2/4`` for it. No timing:
+beside what the 4-rank profile's ops ran longer by (gloo's CPU on the cores too, ``passes.comm_cpu``, as whatif's --cores).
+``tiedlm_workers.py`` keeps ``rK-tiedlm-profile2/4`` for it. No timing:
 run it anywhere.
 
     PYTHONPATH=src python bench/fsdp_fresh/workers_categories.py DIR ... [--per-rank] [--cores 2]   (from the repository root)
@@ -22,6 +23,7 @@ from bench_fsdp import lane_groups  # noqa: E402
 
 from dagprof.analysis import job_iteration_us  # noqa: E402
 from dagprof.graph.build_fsdp import fsdp_collectives  # noqa: E402
+from dagprof.passes.comm_cpu import keep_comm_cpu  # noqa: E402
 from dagprof.passes.compute import share_cores  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search import scenario  # noqa: E402
@@ -60,6 +62,7 @@ def main() -> None:
             p2 = open_run(os.path.join(root, two))
             c = scenario.Cluster()
             marked = scenario.profiled_at(p2.graph, c)
+            marked = keep_comm_cpu(marked) if a.cores else marked  # as whatif's --cores: gloo's CPU priced on the profiled ranks
             graphs = [("2-rank profile", p2.graph),
                       ("--workers 4", scenario.apply(marked, scenario.Scenario(workers=4), c, scenario.base_topology(marked, c)))]
             if os.path.isdir(four):

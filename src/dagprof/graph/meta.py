@@ -181,6 +181,14 @@ class WakeUp:
         return dataclasses.replace(self, us={r: self.us[own[r % len(own)]] for r in ranks})
 
 
+@dataclasses.dataclass(frozen=True)
+class CommCpu:
+    """The CPU a profile's collectives took off the training thread (its process's other threads: gloo's), per profiled
+    rank, in us per byte the rank sent (``passes.comm_cpu``): what ``--cores`` queues on the shared cores per collective."""
+
+    us_per_byte: dict[int, float]
+
+
 @dataclass(slots=True)
 class GraphMeta:
     # --- the measurement (graph.build / graph.build_ps; analysis.diff.match re-cuts steps and measured_iter_us)
@@ -242,6 +250,7 @@ class GraphMeta:
     overlap: bool | None = None  # backward/communication overlap set by passes.buckets; None: as profiled
     ps_link_fit: PsLinkFit | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
     wake_up: WakeUp | None = None  # a DDP profile's wake-up price, kept before --workers rebuilds its ranks (passes.data_parallel)
+    comm_cpu: CommCpu | None = None  # its collectives' CPU off the training thread, kept before a pass rebuilds its ranks (passes.comm_cpu)
     # --- framework sub-records (frozen: a pass sets a new one)
     horovod: HorovodRecord | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
     zero: ZeroInfo | None = None  # DDP with ZeroRedundancyOptimizer: rank 0's shards and parameter broadcasts (passes.workers)

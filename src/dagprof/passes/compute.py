@@ -8,6 +8,7 @@ from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.events import Kind
 from .comm import exit_lags
+from .comm_cpu import with_comm_cpu
 
 COMPUTE_KINDS = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER)
 
@@ -39,6 +40,9 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     4-rank FSDP what-if at 200 Mbit/s held a core through about 5 ms of wire per collective and rank while the
     other ranks queued: the core sharing added 14-17 % to the step where the testbed measured 8 %.
 
+    Each collective also holds a core for the CPU it takes off the training thread (gloo's threads), priced per byte the
+    rank sends from the profile's process CPU (``passes.comm_cpu``).
+
     Only a rank's main lane's gaps are the framework's work on the cores (``_idle_off_cores``); its other threads'
     (MXNet's engine workers, TF's thread pools) are those threads waiting for work.
 
@@ -64,12 +68,14 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
                 shared[host] = len(devices)
                 devices.append(Device(f"host{host}/cpu ({cores} cores)", DeviceKind.COMPUTE, -1, cores))
             remap[i] = shared[host]
+    host_device = np.array([shared.get(r // per, -1) for r in range(ranks)], np.int64)
     main = set(g.meta.main_device.values())
     others = [i for i, d in enumerate(g.devices) if d.rank in g.meta.main_device and i not in main and remap[i] != i]
     idle = np.isin(g.device, others) & (g.gap > 0)
     device = np.where(g.device >= 0, remap[np.maximum(g.device, 0)], -1)
     on_cores = np.array(list(shared.values()), np.int64)
-    return _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
+    g = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
+    return with_comm_cpu(g, host_device) if (host_device >= 0).all() else g
 
 
 def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, ps_bandwidth, ps_port_share, set_link_ratio
+from ..passes.comm_cpu import keep_comm_cpu
 from ..passes.compute import share_cores
 from ..passes.data_parallel import keep_wake_up, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
@@ -410,6 +411,8 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Grap
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
         raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
     g = on_link(g, base_topo)
+    if c.cores:
+        g = keep_comm_cpu(g)  # read on the profiled ranks, before --workers or --mesh copies them
     for p in PASSES:
         g = p(g, s, c, base_topo)
     return g
