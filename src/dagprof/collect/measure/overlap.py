@@ -189,10 +189,16 @@ CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors 
 def chained_allreduce(repeats: int = 4) -> list[tuple[int, float]]:
     """(bytes, us per all-reduce) at each of ``CHAINED_BYTES`` when each all-reduce is issued from the previous one's
     completion callback, the slowest rank's (every rank must call it)."""
+    return _slowest_per_size(lambda size: _chained_allreduce_us(size, repeats))
+
+
+def _slowest_per_size(us_at: Callable[[int], float]) -> list[tuple[int, float]]:
+    """(bytes, ``us_at(bytes)``) at each of ``CHAINED_BYTES``, the slowest rank's: a chain ends when its slowest rank's
+    all-reduces do (every rank must call it)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([_chained_allreduce_us(size, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
+    t = torch.tensor([us_at(size) for size in CHAINED_BYTES], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
 
@@ -344,14 +350,9 @@ def chained_busy(work: Work | None = None, repeats: int = 8) -> list[tuple[int, 
     backward (``work``, the job's own; None: ``calibration_backward``) until the chain completed, as a bucket's hook issues
     its chain before the last gradient; the slowest rank's (every rank must call it). ``chained_allreduce`` times the
     chain on idle cores; beside the backward gloo's threads wait for a core and the peer's."""
-    import torch
-    import torch.distributed as dist
-
-    work = work or calibration_backward()
-    work.run(1)  # warm-up
-    t = torch.tensor([_chained_busy_us(size, work, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
+    beside = work or calibration_backward()
+    beside.run(1)  # warm-up
+    return _slowest_per_size(lambda size: _chained_busy_us(size, beside, repeats))
 
 
 def _chained_busy_us(nbytes: int, work: Work, repeats: int) -> float:
