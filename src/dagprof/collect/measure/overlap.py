@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 FILE = "overlap.json"
 FORMAT = "dagprof-overlap"
 MATMUL = "matmul"  # the reference loop: 256x256 matrix products, one thread
+BACKWARD = "backward"  # the job's own backward (``backward_work``)
 
 
 class Overlap(msgspec.Struct, frozen=True):
@@ -102,7 +103,7 @@ def backward_work(loss: Callable[[], "torch.Tensor"]) -> Work:
         for _ in range(n):
             graph.backward(retain_graph=True)
 
-    return Work("backward", run)
+    return Work(BACKWARD, run)
 
 
 OVERLAP_BYTES = 8 * 2**20  # a DDP bucket's size; the all-reduce's slowdown beside compute is far larger for smaller ones: on the
@@ -118,7 +119,9 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
 
     ``work``: the compute beside the all-reduce (``backward_work``: the job's own backward; None: the reference 256x256
     matrix product). What slows beside gloo's threads depends on it: on the testbed's 1 Gbit/s link, 4 ranks on 2 cores,
-    the matrix loop priced WFBP 13 % over the measured step where the job's backward, measured so, is slowed less."""
+    the matrix loop priced WFBP 13 % over the measured step where the job's backward, measured so, is slowed less.
+    ``chained_busy`` runs beside ``work`` where it is the job's backward, else beside ``calibration_backward`` (a matrix
+    loop would not time the chain beside a backward, as a bucket's hook issues it)."""
     import torch
     import torch.distributed as dist
 
@@ -180,7 +183,7 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
                    comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued, chained_stretch=chained_stretch(repeats),
-                   chained_busy=chained_busy(work if work and work.name == "backward" else None, 2 * repeats))
+                   chained_busy=chained_busy(work if work and work.name == BACKWARD else None, 2 * repeats))
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
