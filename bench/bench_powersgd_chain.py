@@ -227,7 +227,7 @@ def main() -> int:
         job(args.job[0], args.job[1], int(args.job[2]))
         return 0
     if args.offline:
-        return report([json.load(open(os.path.join(args.offline, f"marks.{r}"))) for r in (0, 1)], args, float("nan"), "kept marks")
+        return report(kept_marks(args.offline), args, float("nan"), "kept marks")
     if not args.strategy:
         ap.error("--strategy is required")
     import tempfile
@@ -250,6 +250,22 @@ def main() -> int:
             run_ranks(argv, 2, os.path.join(work, "logs"), cluster=cluster)
             docs = [json.load(open(f"{argv[3]}.{r}")) for r in (0, 1)]
     return report(docs, args, load, "loopback" if args.loopback else args.link)
+
+
+def kept_marks(folder: str) -> list[dict]:
+    """Both ranks' marks a ``--keep`` folder kept; a missing or unreadable file refused in one line naming it."""
+    docs = []
+    for r in (0, 1):
+        path = os.path.join(folder, f"marks.{r}")
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"bench_powersgd_chain: {path}: not a kept marks file ({type(e).__name__}: {e})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("marks"), list) or "main" not in doc:
+            raise SystemExit(f"bench_powersgd_chain: {path}: not a kept marks file (no 'main' and 'marks')")
+        docs.append(doc)
+    return docs
 
 
 def report(docs: list[dict], args: argparse.Namespace, load: float, where: str) -> int:

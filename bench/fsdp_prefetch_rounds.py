@@ -59,8 +59,14 @@ def rounds(keep: str, n: int, script: str, depths: list[int], links: list[str], 
 
 
 def median_step_ms(folder: str) -> float:
-    with open(os.path.join(folder, "times.json")) as f:
-        return statistics.median(json.load(f)[WARMUP:]) * 1e3
+    """The job's median step after warm-up (rank 0's ``times.json``, s), ms; a file that is not its list of step times
+    refused in one line naming it."""
+    path = os.path.join(folder, "times.json")
+    try:
+        with open(path) as f:
+            return statistics.median(json.load(f)[WARMUP:]) * 1e3
+    except (OSError, ValueError, TypeError, KeyError, statistics.StatisticsError) as e:
+        raise SystemExit(f"fsdp_prefetch_rounds: {path}: not a job's step times past {WARMUP} of warm-up ({type(e).__name__}: {e})") from None
 
 
 def table(keep: str) -> dict[str, dict[int, list[float]]]:
@@ -95,7 +101,10 @@ def main() -> None:
     ap.add_argument("script_args", nargs="*", help="after --: more arguments for the script")
     args = ap.parse_args()
     if args.offline:
-        table(args.offline)
+        if not os.path.isdir(args.offline):
+            raise SystemExit(f"fsdp_prefetch_rounds: {args.offline}: no such folder of kept rounds")
+        if not table(args.offline):
+            raise SystemExit(f"fsdp_prefetch_rounds: {args.offline}: no kept rounds (roundK/LINK-prefetchD/times.json)")
         return
     if not args.keep:
         ap.error("--keep DIR is needed (the rounds stay there for --offline)")

@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from dagprof.analysis import job_iteration_us  # noqa: E402
+from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.graph.dag import DeviceKind  # noqa: E402
 from dagprof.passes.compute import share_cores  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -53,9 +54,21 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--cores", type=int)
     a = p.parse_args()
+    if not os.path.isdir(a.kept):
+        raise SystemExit(f"tf_workers_categories: {a.kept}: no such folder of kept rounds")
+    try:
+        if not table(a):
+            raise SystemExit(f"tf_workers_categories: {a.kept}: no kept 2-worker rounds (tbw-NAME-K-w2)")
+    except DagprofError as e:  # a kept run that does not read: one line naming it
+        raise SystemExit(f"tf_workers_categories: {e}") from None
+
+
+def table(a: argparse.Namespace) -> int:
+    """The categories of every kept 2-worker round in ``a.kept``, and of its N-worker job where kept, printed; how many rounds."""
     cols = ("ops", "python", "process cpu", "collectives", "step")
     print(f"{'round / graph':44s} " + " ".join(f"{c:>12s}" for c in cols) + (f" {'--cores':>9s}" if a.cores else ""))
-    for two in sorted(d for d in os.listdir(a.kept) if re.fullmatch(r"tbw-.+-\d+-w2", d)):
+    kept = sorted(d for d in os.listdir(a.kept) if re.fullmatch(r"tbw-.+-\d+-w2", d))
+    for two in kept:
         four = os.path.join(a.kept, two[:-1] + str(a.workers))
         p2 = open_run(os.path.join(a.kept, two))
         c = scenario.Cluster()
@@ -69,6 +82,7 @@ def main() -> None:
             queued = f" {job_iteration_us(share_cores(g, a.cores)) / 1e3:9.1f}" if a.cores and g.world_size > a.cores else ""
             print(f"{two.removeprefix('tbw-').removesuffix('-w2') + ' ' + label:44s} " + " ".join(f"{r[k]:12.1f}" for k in cols) + queued,
                   flush=True)
+    return len(kept)
 
 
 if __name__ == "__main__":

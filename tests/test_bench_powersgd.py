@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import bench_strategy_pace  # noqa: E402
 import bench_wire_pace  # noqa: E402
 from bench_powersgd_backward import covered, stock_backward, summarise  # noqa: E402
-from bench_powersgd_chain import split as split_handoffs  # noqa: E402
+from bench_powersgd_chain import kept_marks, split as split_handoffs  # noqa: E402
 from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
 from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
 
@@ -227,3 +227,14 @@ def test_chain_split_of_the_kept_testbed_marks():
     assert [round(share[n], 2) for n in ("unc", "p", "q")] == [0.23, 0.85, 0.65]  # the slower rank's gloo threads waiting for a core
     # 3 of the 40 chains ran inline on the training thread (the uncompressed all-reduce done before the hook attached its callbacks)
     assert sum(out["unc.on_training_thread"]) == 3 and out["unc.on_training_thread"] == out["q.on_training_thread"]
+
+
+def test_kept_marks_that_are_missing_or_not_marks_are_refused_in_one_line(tmp_path):
+    """``--offline DIR`` reads both ranks' kept marks; a missing file, or one that is not a marks file, is one line naming it."""
+    assert [d["main"] for d in kept_marks(str(DATA / "powersgd-chain"))] == [d["main"] for d in (
+        json.loads((DATA / "powersgd-chain" / f"marks.{r}").read_text()) for r in (0, 1))]
+    with pytest.raises(SystemExit, match=f"{tmp_path / 'marks.0'}: not a kept marks file .FileNotFoundError"):
+        kept_marks(str(tmp_path))
+    (tmp_path / "marks.0").write_text("[1]")
+    with pytest.raises(SystemExit, match="marks.0: not a kept marks file .no 'main' and 'marks'."):
+        kept_marks(str(tmp_path))

@@ -51,4 +51,4 @@ def test_whatif_says_it_once_and_keeps_its_points(graph):
     before = evaluate(graph, rows, Cluster(cores=2), tolerance_pct=None)
     said = [n for n in got["notes"] if "not priced for ranks that share them" in n]
     assert len(said) == 1 and not [n for n in before["notes"] if "not priced for ranks that share them" in n]
-    assert got["scenarios"][0].predicted_iter_ms == pytest.approx(before["scenarios"][0].predicted_iter_ms, rel=0.05)
+    assert got["scenarios"][0].predicted_iter_ms == before["scenarios"][0].predicted_iter_ms  # the note prices nothing

@@ -24,9 +24,9 @@ from .passes.buckets import refuse_own_ddp_setup
 from .passes.comm import current_topology, set_topology
 from .passes.profiler_cost import correct_profiler_cost, measure_profiler_cost
 from .pipeline import Profiled, open_run
+from .search import scenario
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
-from .search.scenario import Cluster as Settings, profiled_at
 from .search.shared_cores import add_bounds
 from .search.whatif import MODEL_TOLERANCE_PCT
 
@@ -64,7 +64,9 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a "
                            f"{prof.graph.meta.framework} run: "
                            f"{remedy_for(prof.graph)}", run)
-    g, cost = profiled_at(prof.graph, Settings(profiled_bandwidth=opts.profiled_bandwidth)), measure_profiler_cost(prof.graph)
+    # search.scenario's Cluster (the settings a replay prices), not the netns testbed's Cluster imported above
+    g = scenario.profiled_at(prof.graph, scenario.Cluster(profiled_bandwidth=opts.profiled_bandwidth))
+    cost = measure_profiler_cost(prof.graph)
     share, said = 0.0, "op times as profiled (--raw)"
     if not raw:  # the one correction whatif and the testbed bench make too; only the search takes the pace after the window
         fix = correct_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)), pace_after_window=True)

@@ -24,6 +24,7 @@ from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import allreduce_equivalent_factor, save_link_model
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
+from ..passes.compression import chained_text
 from ..traces.events import CommKind
 from ..units import MB
 from .common import finite_positive, positive_int, shown
@@ -132,7 +133,7 @@ def to_text(r: dict) -> str:
                          f"compute overlapping it for a fraction f of its time takes (1 + {o['slowdown']:.2f} f) as long, the all-reduce beside "
                          f"compute (1 + {o.get('comm_slowdown', 0.0):.2f} f); PowerSGD's hook's CPU between chained all-reduces "
                          f"{o.get('chained_stretch', 0.0):.2f}x its idle time; its chained all-reduces beside a busy backward "
-                         + (", ".join(f"{b // 1024} KiB {us / 1e3:.2f} ms" for b, us in o["chained_busy"]) if o.get("chained_busy") else "not measured")
+                         + (chained_text(o["chained_busy"], 2) if o.get("chained_busy") else "not measured")
                          + " (use with: dagprof optimize RUN --link-model FILE; dagprof sgd LAYERS "
                          "--link-model FILE)")
     if r["out"]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
@@ -68,6 +68,11 @@ class Chained:
 
 
 UNMEASURED = Chained()  # a run that measured neither: PowerSGD priced by the link model and the codecs' idle costs alone
+
+
+def chained_text(table: Iterable[tuple[int, float]], digits: int = 1) -> str:
+    """A (bytes, us per all-reduce) table of chained all-reduces as ``optimize``'s notes and ``calibrate``'s text say it."""
+    return ", ".join(f"{b // 1024} KiB {us / 1e3:.{digits}f} ms" for b, us in table)
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,11 @@ def chained_in_job(m: Overlap | None, stretch: float) -> Chained:
     group on the job's cluster (``or_calibrated``), with the CPU between them at ``stretch`` (``profiled_stretch``: the
     priced profile's own load) where the profile measured it, else at what ``m`` measured (``chained_stretch``, minutes
     before the profile, at another load); unmeasured where neither measured them. The chain beside a busy backward
-    (``chained_busy``) where measured; files written before it was price that chain as the idle one."""
-    allreduce = () if m is None else tuple((int(b), float(us)) for b, us in m.chained_allreduce)
-    busy = () if m is None else tuple((int(b), float(us)) for b, us in m.chained_busy)
-    return Chained(allreduce, stretch or (0.0 if m is None else m.chained_stretch), busy)
+    (``chained_busy``) where measured; files written before it was measured price that chain as the idle one."""
+    if m is None:
+        return Chained((), stretch)
+    pairs = lambda table: tuple((int(b), float(us)) for b, us in table)  # noqa: E731  (JSON's lists as Chained's hashable pairs)
+    return Chained(pairs(m.chained_allreduce), stretch or m.chained_stretch, pairs(m.chained_busy))
 
 
 def profiled_stretch(run: Run) -> float:

@@ -50,7 +50,7 @@ from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.accumulate import check_accumulation
 from ..passes.comm import current_topology, set_topology
-from ..passes.compression import UNMEASURED, Chained
+from ..passes.compression import UNMEASURED, Chained, chained_text
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.link_fit import graph_world_size, link_fit
 from ..passes.overlap import core_bound_slowdown
@@ -208,9 +208,9 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         if opts.powersgd_ranks and opts.chained_allreduce.allreduce:
             notes.append("PowerSGD's three all-reduces per bucket each pay the latency beyond the link model that small all-reduces "
                          "chained by completion callbacks measured in the job's group or on its cluster (" +
-                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce.allreduce) + ")" +
+                         chained_text(opts.chained_allreduce.allreduce) + ")" +
                          ("; a bucket closed during the backward, as they took issued beside a busy backward (" +
-                          ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce.busy) + ")"
+                          chained_text(opts.chained_allreduce.busy) + ")"
                           if opts.chained_allreduce.busy else
                           "; during the backward too (its measurement predates the chain timed beside a busy backward)"))
     memory = None

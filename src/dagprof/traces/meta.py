@@ -9,7 +9,7 @@ They are msgspec Structs so the parse cache (``traces.cache``) stores ``RankMeta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple
+from typing import Container, Iterable, NamedTuple
 
 import msgspec
 
@@ -206,6 +206,12 @@ def step_scheds(thread_sched_ns: list[tuple[int, int, int]], process_cpu_ns: lis
     ns), (step, process CPU ns), (step, times the thread got a core)) as ``StepSched``s, us."""
     process, runs = dict(process_cpu_ns), dict(thread_runs)
     return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s)) for s, c, w in thread_sched_ns]
+
+
+def split_at_window(sched: list[StepSched], profiled: Container[int]) -> tuple[list[StepSched], list[StepSched]]:
+    """``sched``'s records of the ``profiled`` steps and of the others (``RankMeta.train_thread``,
+    ``unprofiled_train_thread``), as both rank readers keep them apart."""
+    return [x for x in sched if x.step in profiled], [x for x in sched if x.step not in profiled]
 
 
 def runnable_stretch(steps: list[StepSched]) -> float:

@@ -19,7 +19,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .events import CommKind, CommRole, Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_units, fsdp_comm, label_groups
-from .meta import GradClip, RankMeta, step_scheds, warnings_of
+from .meta import GradClip, RankMeta, split_at_window, step_scheds, warnings_of
 from .run_comm import hook_comm, hook_wire, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, checked_cpu_set, read_file
@@ -261,7 +261,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
-    sched = step_scheds(f.thread_sched_ns, f.process_cpu_ns, f.thread_runs)
+    train_thread, unprofiled_train_thread = split_at_window(step_scheds(f.thread_sched_ns, f.process_cpu_ns, f.thread_runs), profiled)
     meta = RankMeta(
         format=RANK_FORMAT,
         pid=f.pid,
@@ -278,8 +278,8 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         steps_completed=f.steps_completed,
         step_times_us={s: d for s, d in step_times.items() if s in profiled},
         unprofiled_step_times_us={s: d for s, d in step_times.items() if s not in profiled},
-        train_thread=[x for x in sched if x.step in profiled],
-        unprofiled_train_thread=[x for x in sched if x.step not in profiled],
+        train_thread=train_thread,
+        unprofiled_train_thread=unprofiled_train_thread,
         comm_lanes=[name for name, _ in comm_lanes],
         layer_grad_bytes=f.layer_grad_bytes,
         layer_frozen_bytes=f.layer_frozen_bytes,

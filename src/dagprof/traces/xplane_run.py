@@ -24,7 +24,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
-from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, step_scheds, tx_bytes_per_step, warnings_of
+from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, split_at_window, step_scheds, tx_bytes_per_step, warnings_of
 from .run_schema import Count, CpuList, checked_cpu_set, refuse_ranks_beyond
 from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
@@ -135,9 +135,8 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         trace.meta.cpus = info.cpus or 0
         trace.meta.cpu_set = checked_cpu_set(info.cpu_set, info.cpus, rpath)
         trace.meta.scheduler_tick_us = 1e6 / info.kernel_hz if info.kernel_hz else None
-        sched = step_scheds(info.thread_sched_ns, info.process_cpu_ns, info.thread_runs)
-        trace.meta.train_thread = [x for x in sched if x.step in info.step_times_us]
-        trace.meta.unprofiled_train_thread = [x for x in sched if x.step not in info.step_times_us]
+        trace.meta.train_thread, trace.meta.unprofiled_train_thread = split_at_window(
+            step_scheds(info.thread_sched_ns, info.process_cpu_ns, info.thread_runs), info.step_times_us)
         warnings += info.warnings
         ranks.append(trace)
     if not ranks:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 FILE = "overlap.json"
 FORMAT = "dagprof-overlap"
 MATMUL = "matmul"  # the reference loop: 256x256 matrix products, one thread
+BACKWARD = "backward"  # the job's own backward (``backward_work``)
 
 
 class Overlap(msgspec.Struct, frozen=True):
@@ -102,7 +103,7 @@ def backward_work(loss: Callable[[], "torch.Tensor"]) -> Work:
         for _ in range(n):
             graph.backward(retain_graph=True)
 
-    return Work("backward", run)
+    return Work(BACKWARD, run)
 
 
 OVERLAP_BYTES = 8 * 2**20  # a DDP bucket's size; the all-reduce's slowdown beside compute is far larger for smaller ones: on the
@@ -118,7 +119,9 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
 
     ``work``: the compute beside the all-reduce (``backward_work``: the job's own backward; None: the reference 256x256
     matrix product). What slows beside gloo's threads depends on it: on the testbed's 1 Gbit/s link, 4 ranks on 2 cores,
-    the matrix loop priced WFBP 13 % over the measured step where the job's backward, measured so, is slowed less."""
+    the matrix loop priced WFBP 13 % over the measured step where the job's backward, measured so, is slowed less.
+    ``chained_busy`` runs beside ``work`` where it is the job's backward, else beside ``calibration_backward`` (a matrix
+    loop would not time the chain beside a backward, as a bucket's hook issues it)."""
     import torch
     import torch.distributed as dist
 
@@ -180,7 +183,7 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
                    comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued, chained_stretch=chained_stretch(repeats),
-                   chained_busy=chained_busy(work if work and work.name == "backward" else None, 2 * repeats))
+                   chained_busy=chained_busy(work if work and work.name == BACKWARD else None, 2 * repeats))
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
@@ -189,10 +192,16 @@ CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors 
 def chained_allreduce(repeats: int = 4) -> list[tuple[int, float]]:
     """(bytes, us per all-reduce) at each of ``CHAINED_BYTES`` when each all-reduce is issued from the previous one's
     completion callback, the slowest rank's (every rank must call it)."""
+    return _slowest_per_size(lambda size: _chained_allreduce_us(size, repeats))
+
+
+def _slowest_per_size(us_at: Callable[[int], float]) -> list[tuple[int, float]]:
+    """(bytes, ``us_at(bytes)``) at each of ``CHAINED_BYTES``, the slowest rank's: a chain ends when its slowest rank's
+    all-reduces do (every rank must call it)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([_chained_allreduce_us(size, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
+    t = torch.tensor([us_at(size) for size in CHAINED_BYTES], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
 
@@ -344,14 +353,9 @@ def chained_busy(work: Work | None = None, repeats: int = 8) -> list[tuple[int, 
     backward (``work``, the job's own; None: ``calibration_backward``) until the chain completed, as a bucket's hook issues
     its chain before the last gradient; the slowest rank's (every rank must call it). ``chained_allreduce`` times the
     chain on idle cores; beside the backward gloo's threads wait for a core and the peer's."""
-    import torch
-    import torch.distributed as dist
-
-    work = work or calibration_backward()
-    work.run(1)  # warm-up
-    t = torch.tensor([_chained_busy_us(size, work, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
+    beside = work or calibration_backward()
+    beside.run(1)  # warm-up
+    return _slowest_per_size(lambda size: _chained_busy_us(size, beside, repeats))
 
 
 def _chained_busy_us(nbytes: int, work: Work, repeats: int) -> float:
