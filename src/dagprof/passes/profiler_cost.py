@@ -115,7 +115,7 @@ def between_note(cost: ProfilerCost) -> str:
     if cost.between_us is None or not cost.profiled_us or cost.between_us < BETWEEN_SHARE * cost.profiled_us:
         return ""
     return (f"; the window's steps also hold {cost.between_us / 1e3:.1f} ms a step of the script's own work between the "
-            "steps dagprof times (e.g. a loss read every few steps): in the model's steps, not in the steps timed outside the "
+            "steps dagprof times (fetching the next batch, a print, a loss read): in the model's steps, not in the steps timed outside the "
             "window")
 
 
@@ -124,8 +124,9 @@ def between_steps_us(g: Graph) -> float | None:
     of the ranks' means): each step's mark to the next in the trace (what the model replays) less the collector's timing of
     it (begin to end, what the cost is measured on, outside the window too). Not the profiler's cost: a custom loop's
     ``loss.numpy()`` and ``auc.result().numpy()`` every 4 steps (``bench/frameworks/tf_siamese_loop.py``) took 22-35 ms
-    at 2 workers (51-66 at 4, the metric's reads all-reduced), 6.2-6.6 ms a window step, which the model's mean step held
-    and the unprofiled steps did not: the 8-16 % its model stood over their median (docs/evidence.md, branch tfcost).
+    at 2 workers (51-66 at 4), 6.2-8.2 ms a window step (9.7-11.2 % of the unprofiled step), which the model's mean step
+    held and the unprofiled steps did not: the 4.5-15.7 % its model stood over their median (docs/evidence.md, branch
+    tfcost); ``tf/recsys-ragged`` fetches its next batch and prints outside the step (5.0 ms a step).
     TensorFlow runs only, where it was compared (a JAX step returns before its dispatched work ends, so its marks' gap
     may be the step's own: 30 ms on ``tf-jax/lstm-lm-loaded``); None elsewhere, where the graph holds no measured marks or
     the collector timed no profiled step."""
