@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
+
+import pytest
 
 from dagprof.cli.main import main
 from dagprof.passes.profiler_cost import BETWEEN_SHARE, measure_profiler_cost
@@ -42,3 +46,20 @@ def test_not_measured_on_torch_or_jax_runs():
     assert cost.profiled_us is not None and cost.between_us is None and "between the steps" not in cost.describe()
     jax = measure_profiler_cost(open_run(os.path.join(DATA, "tf-jax", "lstm-lm-loaded")).graph)
     assert jax.profiled_us is not None and jax.between_us is None and "between the steps" not in jax.describe()
+
+
+def test_the_bench_splits_a_kept_profile_s_model_against_its_unprofiled_steps():
+    """``bench/tf_profiler_cost_split.py`` on ``tf/recsys-ragged``: the model's mean and median against the unprofiled
+    median as ``whatif`` gives them, the between-step time taken out of the mean; a run without timed steps says so."""
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "tf_profiler_cost_split.py")
+    src = os.path.join(os.path.dirname(__file__), "..", "src")
+    path = os.path.join(DATA, "tf", "recsys-ragged")
+    done = subprocess.run([sys.executable, script, path, os.path.join(DATA, "tf", "loop"), "--json"], capture_output=True,
+                          text=True, check=True, env=dict(os.environ, PYTHONPATH=src))
+    row, old = json.loads(done.stdout)
+    assert old["error"] == "no unprofiled steps timed"
+    u = row["unprofiled_median_ms"]
+    assert row["mean_pct"] == pytest.approx(100 * (row["model_mean_ms"] / u - 1))
+    assert row["between_steps_ms"] == pytest.approx(measure_profiler_cost(open_run(path).graph).between_us / 1e3)
+    assert row["mean_less_between_pct"] < row["mean_pct"]  # the cost is not removed here: the whole time comes off
+    assert row["mean_less_between_pct"] == pytest.approx(100 * ((row["model_mean_ms"] - row["between_steps_ms"]) / u - 1))
