@@ -122,6 +122,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "tf_textcls_buckets": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_skipgram_negative": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_siamese_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "tf_dcn_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

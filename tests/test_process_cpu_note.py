@@ -1,14 +1,20 @@
-"""More TF/JAX workers than the profiled host's cores: ``whatif --workers N`` says in one line that ranks sharing cores are
-not priced, with each rank's process CPU a step (recorded by the TF/JAX collector since 2026-12-06) against its lanes'
-op time; runs that did not record it, fewer workers than cores, and other frameworks say nothing."""
+"""More TF/JAX workers than the profiled host's cores. Where the run recorded each rank's process CPU (the TF/JAX
+collector since 2026-12-06), ``--cores`` prices the ranks sharing the cores (``share_cores``: the lanes' op times scaled
+by the rank's CPU over wall, the rest of its CPU queued beside its collectives); without ``--cores`` a line says each rank
+keeps cores of its own, with its CPU. A run that did not record the CPU is said not priced in one line; fewer workers than
+cores and other frameworks say nothing, and nothing moves without ``--cores``."""
 import dataclasses
 
+import numpy as np
 import pytest
 
-from dagprof.passes.compute import process_cpu_note
+from dagprof.passes.compute import process_cpu_note, rank_cpu, share_cores
+from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
+from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import evaluate
+from dagprof.traces.events import Kind
 from dagprof.traces.meta import StepSched
 
 RUN = "tests/data/tf/transformer"  # 2 TF workers on host vm's 2 cores, unprofiled steps timed, no CPU recorded
@@ -19,36 +25,68 @@ def graph():
     return open_run(RUN).graph
 
 
-def with_cpu(g, cpu_us: float):
-    """``g`` as if its collector had recorded every step's process CPU: ``cpu_us`` outside the window, twice it inside."""
+def with_cpu(g, cpu_us: float, wait_us: float = 0.0):
+    """``g`` as if its collector had recorded every step's process CPU: ``cpu_us`` outside the window, twice it inside;
+    the training thread's CPU half of it, ``wait_us`` its waits for a core."""
     loop = g.meta.loop_steps
-    sched = {r: {s: StepSched(s, cpu_us / 2, 0.0, cpu_us * (2 if s in loop.profiled[r] else 1), 3)
+    sched = {r: {s: StepSched(s, cpu_us / 2, wait_us, cpu_us * (2 if s in loop.profiled[r] else 1), 3)
                  for s in [*loop.profiled[r], *loop.unprofiled[r]]} for r in loop.profiled}
     return g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(loop, sched=sched)))
 
 
-def test_more_workers_than_cores_are_said_not_priced_with_the_ranks_cpu(graph):
+def test_with_the_cpu_the_note_says_own_cores_and_cores_prices_it(graph):
     g = with_cpu(graph, 20_000.0)
-    note = process_cpu_note(g, 4, 100_000.0, 2)
-    assert note.startswith("--workers 4 on vm's 2 cores is not priced for ranks that share them")
+    note = process_cpu_note(g, 4, 100_000.0, None)
+    assert note.startswith("--workers 4: each rank is priced on cores of its own, where on vm's 2 cores they would share them")
     assert "process used 20.0 ms of CPU a step" in note  # the unprofiled steps' (the window's holds the profiler's)
     assert "4 of them 40% of the 2 cores at the 100.0 ms step predicted" in note
-    assert "--cores 2 queues only the ops on the lanes" in note and "at least 40 ms" in note
-    assert "each rank is priced on cores of its own" in process_cpu_note(g, 4, 100_000.0, None)
+    assert "--cores 2 queues each rank's CPU on them" in note and "at least 40 ms" in note
+    assert process_cpu_note(g, 4, 100_000.0, 2) is None  # priced
 
 
-def test_no_note_within_the_cores_without_the_cpu_or_for_another_framework(graph):
+def test_without_the_cpu_it_is_said_not_priced(graph):
+    note = process_cpu_note(graph, 4, 50_000.0, 2)  # recorded before 2026-12-06: no CPU
+    assert note.startswith("--workers 4 on vm's 2 cores is not priced for ranks that share them: the run did not record")
+    assert "--cores 2 queues only the ops on the lanes" in note
+    assert "each rank is priced on cores of its own" in process_cpu_note(graph, 4, 50_000.0, None)
+
+
+def test_no_note_within_the_cores_or_for_another_framework(graph):
     g = with_cpu(graph, 20_000.0)
     assert process_cpu_note(g, 2, 50_000.0, None) is None
-    assert process_cpu_note(graph, 4, 50_000.0, 2) is None  # recorded before 2026-12-06: no CPU
     assert process_cpu_note(g.replace(meta=g.meta.replace(framework=None)), 4, 50_000.0, 2) is None
+    assert rank_cpu(g.replace(meta=g.meta.replace(framework=None))) is None and rank_cpu(graph) is None
 
 
-def test_whatif_says_it_once_and_keeps_its_points(graph):
-    g = with_cpu(graph, 20_000.0)
+def test_the_price_queues_each_ranks_cpu_on_the_cores(graph):
+    four = scale_workers(with_cpu(graph, 200_000.0, wait_us=100_000.0), 4, replicate=True)
+    plain = share_cores(scale_workers(graph, 4, replicate=True), 2)
+    priced = share_cores(four, 2)
+    added = np.flatnonzero([priced.node_name(int(v)).endswith("(off-lane CPU)") for v in range(len(priced))])
+    cores = [i for i, d in enumerate(priced.devices) if d.name.endswith("(2 cores)")]
+    assert len(added) and np.isin(priced.device[added], cores).all()
+    steps = len(graph.meta.steps)
+    on_core = rank_cpu(four)[0].on_core
+    assert on_core == pytest.approx(0.5)  # the training thread's 100 ms CPU and 100 ms waits for a core: half its runnable time
+    lanes = np.isin(plain.device, cores) & ~np.isin(plain.kind, [int(Kind.STEP), int(Kind.COMM_WAIT)]) & (np.arange(len(plain)) < len(four))
+    for r in range(4):
+        mine = added[priced.rank[added] == r]
+        lane_us = plain.dur[lanes & (plain.rank == r)].sum() * on_core / steps
+        assert priced.dur[mine].sum() / steps == pytest.approx(200_000.0 - lane_us, rel=1e-6)  # the rest of its CPU
+    res = replay(priced)
+    on = np.isin(priced.device, cores)
+    assert res.end.max() - res.start.min() >= priced.dur[on].sum() / 2  # 2 cores can do no more
+    assert replay(plain).end.max() < res.end.max()
+
+
+def test_whatif_moves_only_with_cores_and_only_with_the_cpu(graph):
+    g = with_cpu(graph, 200_000.0)
     rows = [Scenario(workers=4)]
-    got = evaluate(g, rows, Cluster(cores=2), tolerance_pct=None)
-    before = evaluate(graph, rows, Cluster(cores=2), tolerance_pct=None)
-    said = [n for n in got["notes"] if "not priced for ranks that share them" in n]
-    assert len(said) == 1 and not [n for n in before["notes"] if "not priced for ranks that share them" in n]
-    assert got["scenarios"][0].predicted_iter_ms == before["scenarios"][0].predicted_iter_ms  # the note prices nothing
+    for cores in (None, 2):
+        got = evaluate(g, rows, Cluster(cores=cores), tolerance_pct=None)
+        before = evaluate(graph, rows, Cluster(cores=cores), tolerance_pct=None)
+        p, b = got["scenarios"][0].predicted_iter_ms, before["scenarios"][0].predicted_iter_ms
+        assert (p > 1.5 * b) if cores else (p == b)
+        assert len([n for n in got["notes"] if n.startswith("--workers 4")]) == (0 if cores else 1)
+    within = evaluate(g, [Scenario()], Cluster(cores=2), tolerance_pct=None)["scenarios"][0].predicted_iter_ms  # 2 ranks, 2 cores
+    assert within == evaluate(graph, [Scenario()], Cluster(cores=2), tolerance_pct=None)["scenarios"][0].predicted_iter_ms

@@ -1,16 +1,20 @@
 """Compute what-ifs: faster or slower per-rank compute (a new GPU, more cores, contention)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.events import Kind
+from ..traces.meta import runnable_stretch
 from .comm import exit_lags
 from .comm_cpu import with_comm_cpu
 
 COMPUTE_KINDS = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER)
+XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
 
 def scale_compute(g: Graph, speed: float, kinds: tuple[Kind, ...] = COMPUTE_KINDS) -> Graph:
@@ -74,8 +78,11 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     idle = np.isin(g.device, others) & (g.gap > 0)
     device = np.where(g.device >= 0, remap[np.maximum(g.device, 0)], -1)
     on_cores = np.array(list(shared.values()), np.int64)
-    g = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
-    return with_comm_cpu(g, host_device) if (host_device >= 0).all() else g
+    priced = _process_cpu_on_cores(g, per, cores)
+    moved = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
+    if priced is not None:  # TF/JAX: each rank's recorded CPU off its lanes
+        return _queue_process_cpu(moved, g, priced, remap)
+    return with_comm_cpu(moved, host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: its threads' CPU per byte
 
 
 def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:
@@ -128,6 +135,90 @@ def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
                        order=g.order[cons], step=g.step[cons], layer=g.layer[cons])
     b.add_edges(comm, wait)
     b.add_edges(wait, cons)
+    return b.build()
+
+
+@dataclass(frozen=True, slots=True)
+class RankCpu:
+    """A profiled rank's CPU a step (``LoopSteps.sched``: the steps outside the window past the warm-up, else the window's):
+    its process's, every thread's, median; and its training thread's CPU over its CPU and waits for a core (the share of
+    its runnable time it held a core, ``runnable_stretch``), the one CPU-over-wall ratio the collector records."""
+
+    process_us: float
+    on_core: float
+
+
+def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
+    """Each profiled rank's ``RankCpu`` for a TF/JAX run that recorded every rank's process CPU; None elsewhere."""
+    loop = g.meta.loop_steps
+    if g.meta.framework not in XPLANE_FRAMEWORKS or loop is None:
+        return None
+    out = {}
+    for r, steps in loop.sched.items():
+        got = [x for s, x in steps.items() if x.process_cpu_us is not None and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
+        got = got or [x for x in steps.values() if x.process_cpu_us is not None]
+        if got:
+            stretch = runnable_stretch(got)
+            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0)
+    return out if out and sorted(out) == list(range(len(out))) else None
+
+
+def _lane_work(g: Graph) -> np.ndarray:
+    """The nodes ``share_cores`` queues that are work: ops on a rank's compute and host lanes, not step marks or waits."""
+    lanes = np.array([d.rank >= 0 and d.kind in (DeviceKind.COMPUTE, DeviceKind.HOST) for d in g.devices])
+    return (g.device >= 0) & lanes[np.maximum(g.device, 0)] & ~np.isin(g.kind, [int(Kind.STEP), int(Kind.COMM_WAIT)])
+
+
+def _process_cpu_on_cores(g: Graph, per: int, cores: int) -> dict[int, tuple[float, float]] | None:
+    """Per rank (copies of a profiled rank, ``passes.workers``, read as it), for TF/JAX ranks sharing fewer cores than
+    they are: (the scale of its lanes' op times to their CPU, its off-lane CPU a step). The lanes' op times hold the
+    sharing they met when profiled, so each is scaled by the rank's CPU over wall (``RankCpu.on_core``) and the queue
+    adds the sharing of the ranks asked for; the rest of the process's CPU (the collective executor's, gRPC's and the
+    runtime's threads, off the lanes) is queued beside the collectives. None where not priced: not such a run, the
+    ranks within the cores, or a rank's CPU not recorded (``process_cpu_note`` says so)."""
+    cpu = rank_cpu(g)
+    if cpu is None or per <= cores:
+        return None
+    n0, steps, work = len(cpu), max(len(g.meta.steps), 1), _lane_work(g)
+    lane_us = np.bincount(g.rank[work], weights=g.dur[work], minlength=int(g.world_size)) / steps
+    out = {}
+    for r in range(int(g.world_size)):
+        c = cpu[r % n0]
+        out[r] = (c.on_core, max(c.process_us - c.on_core * float(lane_us[r]), 0.0))
+    return out
+
+
+def _queue_process_cpu(moved: Graph, g: Graph, priced: dict[int, tuple[float, float]], remap: np.ndarray) -> Graph:
+    """``moved`` (``g`` on the shared cores; ``g``'s nodes keep their ids) with each rank's lanes' op times scaled and its
+    off-lane CPU queued on its cores (``_process_cpu_on_cores``): per collective and rank a node of the rank's off-lane CPU
+    a step, shared over its collectives of that step by bytes, after the rank's issue of it and before its consumers, so it
+    runs beside the collective's wire on free cores and waits for a core on busy ones."""
+    work = np.flatnonzero(_lane_work(g))
+    dur = moved.dur.copy()
+    dur[work] *= np.array([priced[int(r)][0] for r in g.rank[work]])
+    indptr, pred = g.pred_csr
+    rows: list[tuple[int, int, list[int]]] = []  # (collective, issue on a lane now on the cores, consumers) per rank
+    for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
+        ups = [int(p) for p in pred[indptr[c]:indptr[c + 1]]]
+        ups += [int(q) for p in ups if g.rank[p] < 0 for q in pred[indptr[p]:indptr[p + 1]]]
+        cons = [int(v) for v in g.succ[g.indptr[c]:g.indptr[c + 1]] if g.rank[v] >= 0]
+        for p in ups:
+            if g.rank[p] >= 0 and g.device[p] >= 0 and remap[g.device[p]] != g.device[p]:
+                rows.append((int(c), p, [v for v in cons if g.rank[v] == g.rank[p]]))
+    if not rows:
+        return moved.replace(dur=dur)
+    issue = np.array([p for _, p, _ in rows])
+    weight = g.nbytes[[c for c, _, _ in rows]].astype(np.float64) + 1.0  # 1 B each: a step of empty collectives still shares
+    key = g.rank[issue].astype(np.int64) * (int(g.step.max()) + 1) + g.step[issue]
+    _, at = np.unique(key, return_inverse=True)
+    share = weight / np.bincount(at, weights=weight)[at]
+    b, _ = GraphBuilder.from_graph(moved.replace(dur=dur))
+    nodes = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} (off-lane CPU)") for c, _, _ in rows], np.int32),
+                        kind=np.full(len(rows), int(Kind.OTHER)), rank=g.rank[issue], device=remap[g.device[issue]],
+                        dur=share * np.array([priced[int(r)][1] for r in g.rank[issue]]), order=g.order[issue],
+                        step=g.step[issue], layer=g.layer[issue])
+    b.add_edges(issue, nodes)
+    b.add_edges(np.repeat(nodes, [len(v) for _, _, v in rows]), np.array([v for _, _, x in rows for v in x], np.int64))
     return b.build()
 
 
@@ -185,44 +276,37 @@ def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str 
             "computing in lockstep)")
 
 
-XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
-
 
 def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int | None) -> str | None:
-    """A TF/JAX ``--workers`` answer for more ranks than the profiled host's cores is not priced for ranks that share them:
-    ``share_cores`` (``--cores``) queues the ops on each rank's thread-pool lanes, whose profiled times already hold the
-    sharing they met then, while the collective executor's, gRPC's and the runtime's threads, off the lanes, take CPU
-    the queue leaves out. Said in one line with each rank's process CPU a step (``LoopSteps.sched``, the steps outside the
-    window past the warm-up, else the window's; the most of any rank), the lanes' op time, and the share of the cores N
-    ranks need at the predicted step ``step_us``. 4 TF workers on the testbed's 2 cores (2026-12-06, two scripts, 4 rounds
-    each, ``bench/bench_workers_testbed.py --hosts``): each rank used 1.2-1.3x the CPU it used at 2 workers, the step ran
-    1.7-2.1x, and ``--cores 2`` came out -27.5..-20.5 % against the unprofiled 4-worker step (``tf_mlp_fit.py``: 13-16 ms of
-    its ranks' 17-22 ms of CPU a step off the lanes) and +12..+35 % (``tf_siamese_loop.py``: its lanes' op time, about its
-    CPU at 2 workers, doubled at 4 while the CPU grew 1.25x; its model of the 2-worker run 8-16 % over that job's
-    unprofiled step, the profiler's cost left in it, which the queue doubles)."""
+    """A TF/JAX ``--workers`` answer for more ranks than the profiled host's cores, said in one line where it is not priced
+    for ranks that share the cores. ``--cores`` prices it where the run recorded each rank's process CPU (``share_cores``:
+    the lanes' op times scaled by the rank's CPU over wall, the threads off the lanes queued beside the collectives; 4 TF
+    workers on the testbed's 2 cores, ``bench/bench_workers_testbed.py --hosts``, 2026-12-06: -23..-20 % -> -4..-0 % for
+    ``tf_mlp_fit.py``, +12..+29 % -> -2..+9 % for ``tf_siamese_loop.py`` against the unprofiled 4-worker step); without
+    ``--cores`` each rank keeps cores of its own, said with the rank's CPU and the share of the cores N ranks need at the
+    predicted step ``step_us``. A run that did not record the CPU (before 2026-12-06) is said not priced either way:
+    ``--cores`` then queues only the lanes' ops at their profiled times, and the collective executor's, gRPC's and the
+    runtime's threads stay off the cores (``tf_mlp_fit.py``: 13-16 ms of its ranks' 17-22 ms of CPU a step)."""
     loop, n0 = g.meta.loop_steps, int(g.world_size)
     if g.meta.framework not in XPLANE_FRAMEWORKS or loop is None or workers <= n0 or len(g.meta.host_cpus) != 1:
         return None
     host, group = next(iter(g.meta.host_cpus.items()))
     if workers <= group.cores:
         return None
-    per_rank = []
-    for r, steps in loop.sched.items():
-        out = [x.process_cpu_us for s, x in steps.items() if x.process_cpu_us is not None and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
-        got = out or [x.process_cpu_us for x in steps.values() if x.process_cpu_us is not None]
-        if got:
-            per_rank.append(float(np.median(got)))
-    if len(per_rank) != n0:
+    cpu = rank_cpu(g)
+    if cpu is None:
+        how = (f"--cores {cores} queues only the ops on the lanes, at their profiled times, and leaves the collective executor's, "
+               "gRPC's and the runtime's threads off the cores" if cores else "each rank is priced on cores of its own")
+        return (f"--workers {workers} on {host}'s {group.cores} cores is not priced for ranks that share them: the run did not record "
+                f"its ranks' process CPU a step (profile again with this dagprof to have --cores price it); {how}")
+    if cores:
         return None
-    cpu = max(per_rank)
-    lanes = np.array([d.rank >= 0 and d.kind in (DeviceKind.COMPUTE, DeviceKind.HOST) for d in g.devices])  # what share_cores queues
-    work = lanes[g.device] & ~np.isin(g.kind, [int(Kind.STEP), int(Kind.COMM_WAIT)])
+    most = max(c.process_us for c in cpu.values())
+    work = _lane_work(g)
     lane_us = float(g.dur[work].sum()) / n0 / max(len(g.meta.steps), 1)
-    need = (f", {workers} of them {workers * cpu / step_us / group.cores:.0%} of the {group.cores} cores at the {step_us / 1e3:.1f} ms "
+    need = (f", {workers} of them {workers * most / step_us / group.cores:.0%} of the {group.cores} cores at the {step_us / 1e3:.1f} ms "
             "step predicted" if step_us else "")
-    how = (f"--cores {cores} queues only the ops on the lanes, at their profiled times (the sharing they met then counted again), and "
-           "leaves the threads off the lanes off the cores" if cores else "each rank is priced on cores of its own")
-    return (f"--workers {workers} on {host}'s {group.cores} cores is not priced for ranks that share them: each {g.meta.framework} rank's "
-            f"process used {cpu / 1e3:.1f} ms of CPU a step when profiled, where its lanes held {lane_us / 1e3:.1f} ms of op time "
-            f"(the collective executor's, gRPC's and the runtime's threads off them){need}; {how} (4 TF workers on the testbed's 2 cores: "
-            f"--cores 2 -28..+35 % off the measured step; the step at least {workers * cpu / group.cores / 1e3:.0f} ms where the cores bound it)")
+    return (f"--workers {workers}: each rank is priced on cores of its own, where on {host}'s {group.cores} cores they would share them: "
+            f"each {g.meta.framework} rank's process used {most / 1e3:.1f} ms of CPU a step when profiled, its lanes {lane_us / 1e3:.1f} ms "
+            f"of op time{need}; --cores {group.cores} queues each rank's CPU on them (the step at least "
+            f"{workers * most / group.cores / 1e3:.0f} ms where the cores bound it)")
