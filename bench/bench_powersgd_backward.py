@@ -67,6 +67,14 @@ def workload(name: str):
             return F.cross_entropy(m(x), y)
 
         return vgg(), loss
+    if name == "embed":
+        from fsdp1_heldout import CTR
+
+        def ctr_loss(m, g):  # ddp_heldout_embed.py's batch of 64, 20 ids each, 32 dense features
+            ids, dense = torch.randint(0, 16384, (64, 20), generator=g), torch.randn(64, 32, generator=g)
+            return F.binary_cross_entropy_with_logits(m(ids, dense), (ids[:, 0] % 2).float())
+
+        return CTR(16384, 64, 32, 512), ctr_loss
     from ddp_heldout_lstm import LanguageModel
 
     def lm_loss(m, g):

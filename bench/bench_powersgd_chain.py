@@ -12,7 +12,7 @@ the Q issue to the end (the Q all-reduce, decode, error feedback) -- is split pe
 CPU and wait for a core, gloo's other threads' CPU and waits, the training thread's, and how long the peer issued the
 all-reduce later. As root on an emulated 2-host cluster (``--link``), or ``--loopback`` (plain processes).
 
-    sudo .venv/bin/python bench/bench_powersgd_chain.py --strategy KEPT/wI-R/lossy/strategy.json [--steps 20] [--link 200Mbit] [--keep DIR]
+    sudo .venv/bin/python bench/bench_powersgd_chain.py --strategy KEPT/wI-R/lossy/strategy.json [--workload embed] [--steps 20] [--keep DIR]
     .venv/bin/python bench/bench_powersgd_chain.py --offline DIR   # the marks --keep kept, split again
 
 A mark's own thread reads its CPU clock (its schedstat CPU is brought up to date only at a tick or a switch); a
@@ -69,8 +69,8 @@ class Threads:
         return out
 
 
-def job(out: str, strategy: str, steps: int) -> None:
-    """One rank: the conv job under the kept strategy, its marks written to ``out``.RANK."""
+def job(out: str, name: str, strategy: str, steps: int) -> None:
+    """One rank: the held-out job ``name`` (conv, lstm, embed) under the kept strategy, its marks written to ``out``.RANK."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -81,7 +81,7 @@ def job(out: str, strategy: str, steps: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    base, loss = workload("conv")
+    base, loss = workload(name)
     threads = Threads()
     marks: list[list] = []  # [step, bucket, what, time, tid, {tid: (cpu, wait)}]
     cur = {"step": 0, "bucket": -1}
@@ -214,6 +214,7 @@ def split(docs: list[dict], bucket: int = 0, skip: int = 4) -> dict[str, list[fl
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--strategy", help="a kept strategy.json (bench_optimize.py --keep's wI-R/lossy/strategy.json)")
+    ap.add_argument("--workload", choices=("conv", "lstm", "embed"), default="conv", help="the held-out job the strategy was found for")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--skip", type=int, default=4, help="steps not counted (PowerSGD starts at step 2)")
     ap.add_argument("--link", default="200Mbit")
@@ -221,10 +222,10 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep the marks (marks.RANK) in this folder")
     ap.add_argument("--offline", default=None, metavar="KEPT", help="run nothing: split the marks a --keep folder kept")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--job", nargs=3, metavar=("OUT", "STRATEGY", "STEPS"), help=argparse.SUPPRESS)
+    ap.add_argument("--job", nargs=4, metavar=("OUT", "WORKLOAD", "STRATEGY", "STEPS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
-        job(args.job[0], args.job[1], int(args.job[2]))
+        job(args.job[0], args.job[1], args.job[2], int(args.job[3]))
         return 0
     if args.offline:
         return report(kept_marks(args.offline), args, float("nan"), "kept marks")
@@ -235,7 +236,7 @@ def main() -> int:
     from dagprof.collect.jobs.netns import run_ranks
 
     load = os.getloadavg()[0]
-    argv = [sys.executable, os.path.abspath(__file__), "--job", "", os.path.abspath(args.strategy), str(args.steps)]
+    argv = [sys.executable, os.path.abspath(__file__), "--job", "", args.workload, os.path.abspath(args.strategy), str(args.steps)]
     if args.loopback:
         with tempfile.TemporaryDirectory(prefix="dagprof-bench_powersgd_chain-") as tmp:
             work = args.keep or tmp
@@ -273,7 +274,7 @@ def report(docs: list[dict], args: argparse.Namespace, load: float, where: str) 
     out = split(docs, 0, args.skip)
     med = {k: statistics.median(v) for k, v in out.items()}
     loads = "" if load != load else f", load average {load:.2f} (after {os.getloadavg()[0]:.2f})"  # nan: kept marks
-    print(f"conv, bucket 0, 2 ranks, {where}{loads}; {len(out['chain.wall'])} rank-steps; "
+    print(f"{args.workload}, bucket 0, 2 ranks, {where}{loads}; {len(out['chain.wall'])} rank-steps; "
           f"medians, ms: chain (first issue -> end) {med['chain.wall']:.2f}, its end {med.get('chain.end_after_backward', float('nan')):.2f} "
           f"after the last bucket's ready")
     m = {k: round(v, 2) for k, v in med.items()}

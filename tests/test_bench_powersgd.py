@@ -238,3 +238,19 @@ def test_kept_marks_that_are_missing_or_not_marks_are_refused_in_one_line(tmp_pa
     (tmp_path / "marks.0").write_text("[1]")
     with pytest.raises(SystemExit, match="marks.0: not a kept marks file .no 'main' and 'marks'."):
         kept_marks(str(tmp_path))
+
+
+def test_chain_split_of_the_kept_embedding_marks_one_bucket_after_the_backward():
+    """The embedding's one bucket (``--workload embed``, docs/evidence.md, branch psgdfresh): its chain starts at the last
+    gradient, so no chain has a second bucket's ready to end after; every rank-step past the first 4 has its chain, the
+    parts add up, the 139 KB P all-reduce is the longest of the three, and the callbacks ran on gloo's thread each time."""
+    docs = [json.loads((DATA / "powersgd-chain-embed" / f"marks.{r}").read_text()) for r in (0, 1)]
+    out = split_handoffs(docs, bucket=0, skip=4)
+    assert len(out["chain.wall"]) == 72 and "chain.end_after_backward" not in out
+    for k in range(72):
+        assert sum(out[f"{n}.{p}"][k] for n in ("unc", "p", "q") for p in ("wire", "after")) == pytest.approx(out["chain.wall"][k])
+    med = {k: statistics.median(v) for k, v in out.items()}
+    assert med["chain.wall"] == pytest.approx(14.70, abs=0.01)
+    assert [round(med[f"{n}.wire"], 2) for n in ("unc", "p", "q")] == [1.5, 6.65, 2.17]
+    assert [round(med[f"{n}.after"], 2) for n in ("unc", "p", "q")] == [0.13, 1.16, 1.79]
+    assert sum(out["unc.on_training_thread"]) == 0
