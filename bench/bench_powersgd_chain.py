@@ -26,6 +26,10 @@ them, the peer issued at the same time (lag 0.00-0.05), the rest none of gloo's 
 callbacks after each completion 0.13 / 1.6 / 2.5 ms, their idle price 0.05 / 1.27 / 2.17 (unpack / orthogonalisation
 and Q = M^T P / decode and error feedback), waiting for a core 0.00 / 0.05 / 0.08. On loopback (``--loopback``, load 3-6
 from other jobs: not the testbed's timing) their CPU, read on their own thread, was 2.6 / 3.4 ms for the middle and decode.
+The held-out embedding's one bucket (``--workload embed``; its chain starts at the last gradient) on 2026-12-06 08:08
+(load 3.1, 40 steps, 72 rank-steps): the chain 14.7 ms (p10-p90 10.6-21.0), its all-reduces 1.5 / 6.65 / 2.2 ms (the Q
+one's gloo threads waiting for a core 1.4 of it), the callbacks 0.13 / 1.16 / 1.79 (the decode's CPU 1.72 against 1.08
+idle), against 10.7 ms priced on its round's profile (docs/evidence.md, branch ``psgdfresh``).
 """
 from __future__ import annotations
 
