@@ -22,7 +22,6 @@ import numpy as np
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph, issuers
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import CommCpu
-from ..traces.comm_kind import CommKind
 from ..traces.events import Kind
 
 
@@ -113,49 +112,21 @@ def with_comm_cpu(g: Graph, host_device: np.ndarray) -> Graph:
     rank = g.rank[wait]
     # at most its transfer: what a call's threads ran beyond it (a small call's fixed part, priced per byte) was not in it
     cpu_us = np.minimum(sent * np.array([price.us_per_byte[int(r) % n0] for r in rank.tolist()]), g.dur[comm])
-    colls, of, ranks = np.unique(comm, return_inverse=True, return_counts=True)
+    colls, of = np.unique(comm, return_inverse=True)
     most = np.zeros(len(colls))
     np.maximum.at(most, of, cpu_us)
-    steps = ring_steps(g.comm_kind[colls], ranks)
-    # each ring step: every rank's block on its cores (its share of the CPU), then the step's share of the rest of the
-    # transfer, which the next step's blocks wait for; on free cores the steps add up to the transfer as profiled
-    k = _counts_range(steps[of])  # each pair's blocks, steps 0..s-1
-    pair = np.repeat(np.arange(len(comm)), steps[of])
     b, _ = GraphBuilder.from_graph(g)
-    step_tag = [f" step {j + 1}/{s}" if s > 1 else "" for j, s in zip(k.tolist(), steps[of[pair]].tolist())]
-    name = np.array([b.intern(f"rank{int(rank[i])}.gloo cpu {g.node_name(int(comm[i]))}{t}") for i, t in zip(pair.tolist(), step_tag)],
-                    np.int32)
+    name = np.array([b.intern(f"rank{int(r)}.gloo cpu {g.node_name(int(c))}") for r, c in zip(rank.tolist(), comm.tolist())], np.int32)
     # a copy's kind (Horovod's copies on its background thread alike): not compute that collectives slow (``passes.overlap``)
-    cpu = b.add_nodes(name=name, kind=np.full(len(pair), int(Kind.MEMCPY)), rank=rank[pair], device=host_device[rank[pair]],
-                      dur=(cpu_us / steps[of])[pair], order=_issued(g, comm, wait)[pair], step=g.step[wait][pair], layer=g.layer[wait][pair])
-    part = np.repeat(np.arange(len(colls)), steps)
-    kp = _counts_range(steps)
-    ptag = [f" step {j + 1}/{s}" if s > 1 else "" for j, s in zip(kp.tolist(), steps[part].tolist())]
-    rest = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(colls[c]))} (after its gloo cpu{t})") for c, t in zip(part.tolist(), ptag)], np.int32),
-                       kind=np.full(len(part), int(Kind.SYNC)), rank=g.rank[colls][part], device=np.full(len(part), -1),
-                       gap=(np.maximum(g.dur[colls] - most, 0.0) / steps)[part], order=g.order[colls][part], step=g.step[colls][part],
-                       layer=g.layer[colls][part])
-    first = np.concatenate([[0], np.cumsum(steps)[:-1]])  # each collective's first part
+    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(Kind.MEMCPY)), rank=rank, device=host_device[rank], dur=cpu_us,
+                      order=_issued(g, comm, wait), step=g.step[wait], layer=g.layer[wait])
+    rest = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} (after its gloo cpu)") for c in colls.tolist()], np.int32),
+                       kind=np.full(len(colls), int(Kind.SYNC)), rank=g.rank[colls], device=np.full(len(colls), -1), gap=np.maximum(g.dur[colls] - most, 0.0),
+                       order=g.order[colls], step=g.step[colls], layer=g.layer[colls])
     indptr, pred = g.pred_csr
-    head = cpu[k == 0]  # each pair's first block, in pair order
     count = indptr[comm + 1] - indptr[comm]
-    b.add_edges(np.concatenate([pred[indptr[c]:indptr[c + 1]] for c in comm.tolist()]), np.repeat(head, count))
-    b.add_edges(cpu, rest[first[of[pair]] + k])
-    later = k > 0
-    b.add_edges(rest[first[of[pair[later]]] + k[later] - 1], cpu[later])
-    last = rest[first + steps - 1]
+    b.add_edges(np.concatenate([pred[indptr[c]:indptr[c + 1]] for c in comm.tolist()]), np.repeat(cpu, count))
+    b.add_edges(cpu, rest[of])
     out = np.diff(g.indptr)[colls]
-    b.add_edges(np.repeat(last, out), np.concatenate([g.succ[g.indptr[c]:g.indptr[c + 1]] for c in colls.tolist()]))
+    b.add_edges(np.repeat(rest, out), np.concatenate([g.succ[g.indptr[c]:g.indptr[c + 1]] for c in colls.tolist()]))
     return b.build()
-
-
-def ring_steps(kind: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """The steps of each collective's ring on its ``ranks``, each a send and a receive that wake its ranks' gloo threads:
-    N-1 for an all-gather, 2(N-1) for the rest (gloo's reduce-scatter is an all-reduce, ``allreduce_equivalent_bytes``)."""
-    return np.where(kind == int(CommKind.ALL_GATHER), 1, 2) * np.maximum(ranks - 1, 1)
-
-
-def _counts_range(counts: np.ndarray) -> np.ndarray:
-    """0..c-1 for each c in ``counts``, concatenated."""
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-    return np.arange(int(counts.sum())) - starts
