@@ -9,13 +9,43 @@ No timing: run it anywhere.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
 from dagprof.analysis import job_iteration_us
+from dagprof.graph.dag import DeviceKind
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search import scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """One what-if's replay under ``--cores 2``, per rank and step: gloo's blocks (count, CPU ms, wait ms) and the training
+    threads' ops on the shared cores (time ms, wait ms); its step (ms)."""
+
+    step_ms: float
+    gloo_blocks: float
+    gloo_cpu_ms: float
+    gloo_wait_ms: float
+    ops_ms: float
+    ops_wait_ms: float
+
+
+def waits(g) -> Waits:
+    """``Waits`` of the replay of ``g`` (a graph ``scenario.apply`` gave with ``cores``): a node's wait is its start less its gap
+    less its latest predecessor's end."""
+    res = replay(g)
+    shared = [i for i, d in enumerate(g.devices) if d.rank < 0 and d.kind == DeviceKind.COMPUTE and "cores)" in d.name]
+    on = np.flatnonzero(np.isin(g.device, shared))
+    gloo = np.array([".gloo cpu " in g.node_name(int(v)) for v in on], bool)
+    indptr, pred = g.pred_csr
+    ready = np.array([res.end[pred[indptr[v]:indptr[v + 1]]].max(initial=0.0) for v in on])
+    wait = res.start[on] - g.gap[on] - ready
+    per = g.world_size * max(len(g.meta.steps), 1)
+    return Waits(job_iteration_us(g) / 1e3, gloo.sum() / per, g.dur[on[gloo]].sum() / per / 1e3, wait[gloo].sum() / per / 1e3,
+                 g.dur[on[~gloo]].sum() / per / 1e3, wait[~gloo].sum() / per / 1e3)
 
 
 def main() -> None:
@@ -27,19 +57,10 @@ def main() -> None:
         marked = scenario.profiled_at(open_run(path).graph, c)
         topology = scenario.base_topology(marked, c)
         for s in (scenario.Scenario(workers=4), scenario.Scenario(mesh=(2, 2))):
-            g = scenario.apply(marked, s, c, topology)
-            res = replay(g)
-            shared = [i for i, d in enumerate(g.devices) if d.rank < 0 and d.capacity == 2]
-            on = np.flatnonzero(np.isin(g.device, shared))
-            gloo = np.array([".gloo cpu " in g.node_name(int(v)) for v in on], bool)
-            indptr, pred = g.pred_csr
-            ready = np.array([res.end[pred[indptr[v]:indptr[v + 1]]].max(initial=0.0) for v in on])
-            wait = res.start[on] - g.gap[on] - ready
-            per = g.world_size * max(len(g.meta.steps), 1)
-            print(f"{path} {'--workers 4' if s.workers else '--mesh 2x2'}: step {job_iteration_us(g) / 1e3:.1f} ms | gloo blocks "
-                  f"{gloo.sum() / per:.0f}, CPU {g.dur[on[gloo]].sum() / per / 1e3:.1f}, wait {wait[gloo].sum() / per / 1e3:.1f} | "
-                  f"training ops {g.dur[on[~gloo]].sum() / per / 1e3:.1f}, wait {wait[~gloo].sum() / per / 1e3:.1f}  (ms a rank and step)",
-                  flush=True)
+            w = waits(scenario.apply(marked, s, c, topology))
+            print(f"{path} {'--workers 4' if s.workers else '--mesh 2x2'}: step {w.step_ms:.1f} ms | gloo blocks {w.gloo_blocks:.0f}, "
+                  f"CPU {w.gloo_cpu_ms:.1f}, wait {w.gloo_wait_ms:.1f} | training ops {w.ops_ms:.1f}, wait {w.ops_wait_ms:.1f}  "
+                  "(ms a rank and step)", flush=True)
 
 
 if __name__ == "__main__":
