@@ -2,7 +2,8 @@
 cpu line of ``/proc/stat``, ksoftirqd's schedstat, and per ``fsdp_train.py`` process each thread's schedstat: CPU ns,
 run-queue wait ns, runs) into JSON lines; ``report`` splits each job's steady steps (its ``--times`` file's steps from
 the fifth on, the last ones before its processes ended) per step of rank 0: the ranks' training threads' CPU and waits
-for a core, their other threads' (gloo's), and the cores' user, system, softirq, steal and idle time, ksoftirqd's and
+for a core, their other threads' (gloo's), the times a rank's gloo threads were put on a core a step (its wake-ups) and
+their wait a wake-up, and the cores' user, system, softirq, steal and idle time, ksoftirqd's and
 every other process's CPU. Beside a ``bench_fsdp.py --part 12`` round under ``dp-excl`` (one record, 0.25 s of Python a
 sample):
 
@@ -72,7 +73,8 @@ def report(path: str) -> None:
             if "--times " in kind:
                 jobs.setdefault(kind.split("--times ")[1].split()[0], []).append(i)
     print(f"{'job':34s} {'ranks':>5s} {'step':>6s} | {'main cpu':>8s} {'wait':>6s} {'gloo cpu':>8s} {'wait':>6s} | "
-          f"{'user':>6s} {'sys':>6s} {'softirq':>7s} {'steal':>6s} {'idle':>6s} {'ksoftirqd':>9s} {'others':>6s}   ms a step, all ranks")
+          f"{'user':>6s} {'sys':>6s} {'softirq':>7s} {'steal':>6s} {'idle':>6s} {'ksoftirqd':>9s} {'others':>6s} | "
+          f"{'g runs':>7s} {'wait/run':>8s} {'m runs':>7s}   ms a step, all ranks; runs a step per rank (gloo's, the training thread's)")
     for times, idx in sorted(jobs.items(), key=lambda x: min(x[1])):
         with open(times) as f:
             steps = json.load(f)[4:]
@@ -83,7 +85,7 @@ def report(path: str) -> None:
         A, B = samples[a], samples[b]
         n = (B["t"] - A["t"]) / step
         pids = [p for p, (k, _) in B["procs"].items() if times in k]
-        own = {"main": [0.0, 0.0], "gloo": [0.0, 0.0]}
+        own = {"main": [0.0, 0.0, 0.0], "gloo": [0.0, 0.0, 0.0]}  # CPU ms, wait ms, runs (times put on a core)
         for p in pids:
             before = A["procs"].get(p, (None, {}))[1]
             for tid, s in B["procs"][p][1].items():
@@ -91,12 +93,15 @@ def report(path: str) -> None:
                 part = own["main" if tid == p else "gloo"]
                 part[0] += (s[0] - s0[0]) / 1e6
                 part[1] += (s[1] - s0[1]) / 1e6
+                part[2] += s[2] - s0[2]
         user, nice, system, idle, iowait, irq, softirq, steal = [(y - x) * TICK_MS for x, y in zip(A["cpu"], B["cpu"])][:8]
         ksoft = (B["ksoftirqd"][0] - A["ksoftirqd"][0]) / 1e6
         others = user + nice + system + irq + softirq - own["main"][0] - own["gloo"][0] - ksoft
-        cols = (*own["main"], *own["gloo"], user + nice, system, softirq, steal, idle + iowait, ksoft, others)
+        cols = (*own["main"][:2], *own["gloo"][:2], user + nice, system, softirq, steal, idle + iowait, ksoft, others)
+        runs = own["gloo"][2] / n / max(len(pids), 1)
         print(f"{os.path.basename(os.path.dirname(times)):34s} {len(pids):5d} {1e3 * step:6.1f} | "
-              + " ".join(f"{c / n:{w}.1f}" for c, w in zip(cols, (8, 6, 8, 6, 6, 6, 7, 6, 6, 9, 6))))
+              + " ".join(f"{c / n:{w}.1f}" for c, w in zip(cols, (8, 6, 8, 6, 6, 6, 7, 6, 6, 9, 6)))
+              + f" | {runs:7.1f} {own['gloo'][1] / max(own['gloo'][2], 1):8.3f} {own['main'][2] / n / max(len(pids), 1):7.1f}")
 
 
 def main() -> None:
