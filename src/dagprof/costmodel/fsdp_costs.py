@@ -73,7 +73,10 @@ class StepFits(NamedTuple):
 # times their ratio at the job's tensors and bytes (the profile's step holds its machine's speed and load's waits, the ratio
 # what DTensor adds per op); a version not here is not priced and says so. torch 2.13 (2026-12-05 07:46-07:47, load 2.6-3.7,
 # two runs of 3 rounds pooled; each run's own fits gave 8.26 / 8.44x at 31 tensors of 377 KiB): DTensor 527 us a tensor
-# (13.6-19.2 ms for 32 of 4 KiB), plain 37.
+# (13.6-19.2 ms for 32 of 4 KiB), plain 37. The same bench on 2026-12-06 08:01-08:06 (load 4.5-6.7, two runs pooled) gave DTensor
+# 165 us a tensor + 0.0008 per shard byte, plain 22 + 0.0011 (the ResNet's FSDP2 jobs stepped 183-187 a tensor, medians; the convnet's 166-362
+# us): priced so, the convnet's pairs moved toward their jobs, the LM/GRU ones away (their steps cost more per byte
+# than either fit): not kept (docs/evidence.md, branch ddpfsdpconv).
 DTENSOR_STEP = {"2.13": StepFits(StepFit(37.15, 0.002163), StepFit(526.8, 0.001192))}
 
 
