@@ -62,6 +62,7 @@ class CpuBudget:
 
     placement: Placement
     label: str  # the nodes' names: ``rank{r}.{label} {collective}``
+    kind: Kind  # the nodes' (``passes.overlap`` slows compute kinds beside collectives; the shared-cores bounds read it)
     comm: np.ndarray  # each row's collective
     anchor: np.ndarray  # each row's op of its rank: JOIN its first op waiting for the collective, ISSUE its issue of it
     cpu_us: np.ndarray  # each row's CPU
@@ -69,9 +70,8 @@ class CpuBudget:
 
 def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, onto: Graph | None = None) -> Graph:
     """``onto`` (default ``g``; ``g``'s nodes keep their ids in it) with a node per ``budget`` row on its rank's shared
-    cores (``host_device``: rank -> device), placed as ``budget.placement`` says on ``g``'s edges. A copy's kind
-    (Horovod's copies on its background thread alike): not compute that collectives slow (``passes.overlap``). Unchanged
-    without a budget."""
+    cores (``host_device``: rank -> device), placed as ``budget.placement`` says on ``g``'s edges. Unchanged without a
+    budget."""
     out = g if onto is None else onto
     if budget is None or not len(budget.comm):
         return out
@@ -81,7 +81,7 @@ def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, 
     cpu_us = np.minimum(budget.cpu_us, g.dur[comm]) if join else budget.cpu_us
     b, _ = GraphBuilder.from_graph(out)
     name = np.array([b.intern(f"rank{int(r)}.{budget.label} {g.node_name(int(c))}") for r, c in zip(rank.tolist(), comm.tolist())], np.int32)
-    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(Kind.MEMCPY)), rank=rank, device=host_device[rank], dur=cpu_us,
+    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(budget.kind)), rank=rank, device=host_device[rank], dur=cpu_us,
                       order=_issued(g, comm, at) if join else g.order[at], step=g.step[at], layer=g.layer[at])
     if join:
         _join(b, g, comm, cpu, cpu_us, budget.label)
@@ -187,7 +187,9 @@ def gloo_budget(g: Graph) -> CpuBudget | None:
         return None
     comm, wait, sent = _sent(g)
     n0 = len(price.us_per_byte)
-    return CpuBudget(Placement.JOIN, "gloo cpu", comm, wait, sent * np.array([price.us_per_byte[int(r) % n0] for r in g.rank[wait].tolist()]))
+    # a copy's kind (Horovod's copies on its background thread alike): the collective's own sends and sums, not compute
+    # that collectives slow (``passes.overlap``)
+    return CpuBudget(Placement.JOIN, "gloo cpu", Kind.MEMCPY, comm, wait, sent * np.array([price.us_per_byte[int(r) % n0] for r in g.rank[wait].tolist()]))
 
 
 # --- TF/JAX: each rank's recorded process CPU off its lanes, per step
@@ -279,4 +281,6 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray) -> 
     key = g.rank[at].astype(np.int64) * (int(g.step.max()) + 1) + g.step[at]
     _, of = np.unique(key, return_inverse=True)
     share = weight / np.bincount(of, weights=weight)[of]
-    return CpuBudget(Placement.ISSUE, "off-lane cpu", np.array(comm, np.int64), at, share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]]))
+    # host work (the runtime's and gRPC's threads with the collective executor's), slowed beside collectives as the lanes' ops
+    cpu_us = share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]])
+    return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, np.array(comm, np.int64), at, cpu_us)
