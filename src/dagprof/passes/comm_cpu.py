@@ -1,28 +1,126 @@
-"""The CPU a rank's collectives spend on its host's cores beside its training thread (gloo's threads: the ring's sends,
-receives and reductions, with the kernel's network stack that runs in them), priced per byte the rank sends, for
-``--cores``.
+"""The CPU a rank spends off its training thread (or its thread pools' lanes) on its host's cores, queued per collective
+for ``--cores`` (``passes.compute.share_cores``). One mechanism, ``queue_comm_cpu``: per (shared collective, rank) a node
+of the rank's CPU on the rank's shared cores, from a ``CpuBudget`` that each framework measures its own way and a
+``Placement`` that says where the node waits. Without it the shared cores queue only the ranks' ops, and more ranks than
+cores come out short: those threads wait for a core too.
 
-dagprof's collector records per step the training thread's CPU and its process's (``traces.meta.StepSched``); the rest is
-the process's other threads. On the tiedlm FSDP2 job (``bench/bench_fsdp.py --part 12``, hooks only, 1 Gbit/s testbed)
-they took 11-22 ms a step per rank on 2 ranks (8 kept profiles) and 17-26 ms on 4 (2 profiles): about the ring's bytes
-sent per rank, (N-1)/N of each gathered or reduced tensor, 1.5x from 2 to 4 ranks (this prices 19.4 ms on 4 where a
-sampled 4-rank job's threads took 17.1). ``share_cores`` queued only the ranks' compute on the shared cores, so 4 ranks
-on 2 cores were predicted 7-14 % short in change (kept rounds). A sampled hold (``/proc`` every 0.25 s, 2026-12-06):
-on 4 ranks each rank's gloo threads waited 59 ms a step for a core (20 on 2 ranks), its training thread 69 (12), while
-the 2 cores sat idle 37 % of the step (softirq 2 %, ksoftirqd and other processes 1 %, steal 0): no foreign CPU, the
-ranks' own threads waking together after each collective. Each FSDP collective now holds a core per rank for its share
-of that CPU between its join and the rest of its transfer; the FIFO queue gives it 11 of those 59 ms a step.
+torch on gloo (``gloo_budget``, FSDP only): gloo's threads (the ring's sends, receives and reductions, with the kernel's
+network stack that runs in them), priced per byte the rank sends. dagprof's collector records per step the training
+thread's CPU and its process's (``traces.meta.StepSched``); the rest is the process's other threads. On the tiedlm FSDP2
+job (``bench/bench_fsdp.py --part 12``, hooks only, 1 Gbit/s testbed) they took 11-22 ms a step per rank on 2 ranks (8
+kept profiles) and 17-26 ms on 4 (2 profiles): about the ring's bytes sent per rank, (N-1)/N of each gathered or reduced
+tensor, 1.5x from 2 to 4 ranks (this prices 19.4 ms on 4 where a sampled 4-rank job's threads took 17.1). Queuing only
+the ranks' compute, 4 ranks on 2 cores were predicted 7-14 % short in change (kept rounds). A sampled hold (``/proc``
+every 0.25 s, 2026-12-06): on 4 ranks each rank's gloo threads waited 59 ms a step for a core (20 on 2 ranks), its
+training thread 69 (12), while the 2 cores sat idle 37 % of the step (softirq 2 %, ksoftirqd and other processes 1 %,
+steal 0): no foreign CPU, the ranks' own threads waking together after each collective; the FIFO queue gives these
+nodes 11 of those 59 ms a step.
+
+TF/JAX (``off_lane_budget``): each rank's recorded process CPU a step less its lanes' op times scaled to their CPU
+(``lane_cpu``): the collective executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) shared over
+the rank's collectives of the step by bytes.
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph, issuers
-from ..graph.dag import Graph, GraphBuilder
-from ..graph.meta import CommCpu
+from ..graph.dag import DeviceKind, Graph, GraphBuilder
+from ..graph.meta import WARMUP_STEPS, CommCpu
 from ..traces.events import Kind
+from ..traces.meta import runnable_stretch
+
+XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
+
+
+class Placement(Enum):
+    """Where a collective's CPU node waits; the two differ on purpose (each is what its framework's threads do).
+
+    JOIN (torch FSDP on gloo): from the collective's join (every rank's enqueue), and the rest of the transfer (less the most
+    of its ranks' CPU, which it held as profiled) waits for every rank's node: the ring moves no faster than its ranks'
+    gloo threads get a core. Capped at the transfer (what a call's threads ran beyond it, a small call's fixed part priced
+    per byte, was not in it); queued just after the rank's enqueue in program order. FSDP's calls block the training
+    thread, small and many (tiedlm: 20 a step, 1.4 ms at 4 ranks); a DDP bucket's all-reduce moves its CPU beside the
+    wire (the DDP testbed's kept 4-rank 25 MB cells, 1 Gbit/s, went +0.0 -> +5.8 and +5.3 -> +10.4 % with it), so DDP
+    has no budget.
+
+    ISSUE (TF/JAX): after the rank's issue of the collective and before the rank's consumers of it, beside its wire: on
+    free cores it runs within the transfer, on busy ones the consumers wait for a core. These threads are not the ring's
+    steps (gRPC, the runtime), so the transfer does not wait for them."""
+
+    JOIN = "join"
+    ISSUE = "issue"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuBudget:
+    """A framework's CPU off its ranks' training threads, one row per (shared collective, rank), and where it waits."""
+
+    placement: Placement
+    label: str  # the nodes' names: ``rank{r}.{label} {collective}``
+    kind: Kind  # the nodes' (``passes.overlap`` slows compute kinds beside collectives; the shared-cores bounds read it)
+    comm: np.ndarray  # each row's collective
+    anchor: np.ndarray  # each row's op of its rank: JOIN its first op waiting for the collective, ISSUE its issue of it
+    cpu_us: np.ndarray  # each row's CPU
+
+
+def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, onto: Graph | None = None) -> Graph:
+    """``onto`` (default ``g``; ``g``'s nodes keep their ids in it) with a node per ``budget`` row on its rank's shared
+    cores (``host_device``: rank -> device), placed as ``budget.placement`` says on ``g``'s edges. Unchanged without a
+    budget."""
+    out = g if onto is None else onto
+    if budget is None or not len(budget.comm):
+        return out
+    comm, at = budget.comm, budget.anchor
+    rank = g.rank[at]
+    join = budget.placement is Placement.JOIN
+    cpu_us = np.minimum(budget.cpu_us, g.dur[comm]) if join else budget.cpu_us
+    b, _ = GraphBuilder.from_graph(out)
+    name = np.array([b.intern(f"rank{int(r)}.{budget.label} {g.node_name(int(c))}") for r, c in zip(rank.tolist(), comm.tolist())], np.int32)
+    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(budget.kind)), rank=rank, device=host_device[rank], dur=cpu_us,
+                      order=_issued(g, comm, at) if join else g.order[at], step=g.step[at], layer=g.layer[at])
+    if join:
+        _join(b, g, comm, cpu, cpu_us, budget.label)
+    else:
+        b.add_edges(at, cpu)
+        mine = [[int(v) for v in g.succ[g.indptr[c]:g.indptr[c + 1]] if g.rank[v] == g.rank[p]] for c, p in zip(comm.tolist(), at.tolist())]
+        b.add_edges(np.repeat(cpu, [len(v) for v in mine]), np.array([v for x in mine for v in x], np.int64))
+    return b.build()
+
+
+def _join(b: GraphBuilder, g: Graph, comm: np.ndarray, cpu: np.ndarray, cpu_us: np.ndarray, label: str) -> None:
+    """``Placement.JOIN``'s edges: the collective's predecessors -> each rank's node -> a resource-free node per collective
+    for the rest of its transfer -> the collective's consumers."""
+    colls, of = np.unique(comm, return_inverse=True)
+    most = np.zeros(len(colls))
+    np.maximum.at(most, of, cpu_us)
+    rest = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} (after its {label})") for c in colls.tolist()], np.int32),
+                       kind=np.full(len(colls), int(Kind.SYNC)), rank=g.rank[colls], device=np.full(len(colls), -1),
+                       gap=np.maximum(g.dur[colls] - most, 0.0), order=g.order[colls], step=g.step[colls], layer=g.layer[colls])
+    indptr, pred = g.pred_csr
+    count = indptr[comm + 1] - indptr[comm]
+    b.add_edges(np.concatenate([pred[indptr[c]:indptr[c + 1]] for c in comm.tolist()]), np.repeat(cpu, count))
+    b.add_edges(cpu, rest[of])
+    out = np.diff(g.indptr)[colls]
+    b.add_edges(np.repeat(rest, out), np.concatenate([g.succ[g.indptr[c]:g.indptr[c + 1]] for c in colls.tolist()]))
+
+
+def _issued(g: Graph, comm: np.ndarray, wait: np.ndarray) -> np.ndarray:
+    """Each (collective, rank)'s place in the rank's program order: just after the rank's enqueue of it, so its CPU is
+    queued ahead of the compute the rank runs while the collective is in flight (gloo's threads run beside it); just
+    before the rank's op that waits for it where no enqueue of the rank joins it."""
+    order = np.empty(len(comm))
+    for i, (c, w) in enumerate(zip(comm.tolist(), wait.tolist())):
+        e = issuers(g, c).get(int(g.rank[w]))
+        order[i] = np.nextafter(g.order[e], np.inf) if e is not None else np.nextafter(g.order[w], -np.inf)
+    return order
+
+
+# --- torch on gloo: gloo's threads' CPU per byte sent
 
 
 def _sent(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,17 +146,6 @@ def _sent(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             out_w.append(w)
             out_b.append(2.0 * (n - 1) / n * b)
     return np.asarray(out_c, np.int64), np.asarray(out_w, np.int64), np.asarray(out_b, np.float64)
-
-
-def _issued(g: Graph, comm: np.ndarray, wait: np.ndarray) -> np.ndarray:
-    """Each (collective, rank)'s place in the rank's program order: just after the rank's enqueue of it, so its CPU is
-    queued ahead of the compute the rank runs while the collective is in flight (gloo's threads run beside it); just
-    before the rank's op that waits for it where no enqueue of the rank joins it."""
-    order = np.empty(len(comm))
-    for i, (c, w) in enumerate(zip(comm.tolist(), wait.tolist())):
-        e = issuers(g, c).get(int(g.rank[w]))
-        order[i] = np.nextafter(g.order[e], np.inf) if e is not None else np.nextafter(g.order[w], -np.inf)
-    return order
 
 
 def comm_cpu(g: Graph) -> CommCpu | None:
@@ -92,41 +179,108 @@ def keep_comm_cpu(g: Graph) -> Graph:
     return g.replace(meta=g.meta.replace(comm_cpu=comm_cpu(g)))
 
 
-def with_comm_cpu(g: Graph, host_device: np.ndarray) -> Graph:
-    """``g`` with a node per (collective, rank) on the rank's shared cores (``host_device``: rank -> device) for the CPU
-    its collective spends off the training thread (``comm_cpu``), from the collective's join, queued just after the
-    rank's enqueue of it in program order; and a resource-free node per collective for the rest of its transfer after
-    its slowest rank's CPU (the transfer less the most of its ranks', which it held as profiled) that its consumers wait
-    for too: the ring moves no faster than its ranks' gloo threads get a core. On free cores the collective ends as before;
-    the transfer keeps its link's device. FSDP only: its calls block the training thread, small and many (tiedlm: 20 a
-    step, 1.4 ms at 4 ranks), so each ring step waits for its ranks' gloo threads to get a core; a DDP bucket's
-    all-reduce moves its CPU beside the wire (the DDP testbed's kept 4-rank 25 MB cells, 1 Gbit/s, went +0.0 -> +5.8 and
-    +5.3 -> +10.4 % with it, its 1 and 5 MB cells unmoved). Unchanged without a price."""
+def gloo_budget(g: Graph) -> CpuBudget | None:
+    """An FSDP job's ``CpuBudget`` (``Placement.JOIN``): per (collective, rank) the bytes the rank sends times its price
+    (``comm_cpu``, of a profiled rank for its copies). None without a price or off FSDP."""
     price = comm_cpu(g)
     if price is None or not is_fsdp_graph(g):
-        return g
+        return None
     comm, wait, sent = _sent(g)
-    if not len(comm):
-        return g
     n0 = len(price.us_per_byte)
-    rank = g.rank[wait]
-    # at most its transfer: what a call's threads ran beyond it (a small call's fixed part, priced per byte) was not in it
-    cpu_us = np.minimum(sent * np.array([price.us_per_byte[int(r) % n0] for r in rank.tolist()]), g.dur[comm])
-    colls, of = np.unique(comm, return_inverse=True)
-    most = np.zeros(len(colls))
-    np.maximum.at(most, of, cpu_us)
-    b, _ = GraphBuilder.from_graph(g)
-    name = np.array([b.intern(f"rank{int(r)}.gloo cpu {g.node_name(int(c))}") for r, c in zip(rank.tolist(), comm.tolist())], np.int32)
-    # a copy's kind (Horovod's copies on its background thread alike): not compute that collectives slow (``passes.overlap``)
-    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(Kind.MEMCPY)), rank=rank, device=host_device[rank], dur=cpu_us,
-                      order=_issued(g, comm, wait), step=g.step[wait], layer=g.layer[wait])
-    rest = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} (after its gloo cpu)") for c in colls.tolist()], np.int32),
-                       kind=np.full(len(colls), int(Kind.SYNC)), rank=g.rank[colls], device=np.full(len(colls), -1), gap=np.maximum(g.dur[colls] - most, 0.0),
-                       order=g.order[colls], step=g.step[colls], layer=g.layer[colls])
+    # a copy's kind (Horovod's copies on its background thread alike): the collective's own sends and sums, not compute
+    # that collectives slow (``passes.overlap``)
+    return CpuBudget(Placement.JOIN, "gloo cpu", Kind.MEMCPY, comm, wait, sent * np.array([price.us_per_byte[int(r) % n0] for r in g.rank[wait].tolist()]))
+
+
+# --- TF/JAX: each rank's recorded process CPU off its lanes, per step
+
+
+@dataclass(frozen=True, slots=True)
+class RankCpu:
+    """A profiled rank's CPU a step (``LoopSteps.sched``: the steps outside the window past the warm-up, else the window's):
+    its process's, every thread's, median; and its training thread's CPU over its CPU and waits for a core (the share of
+    its runnable time it held a core, ``runnable_stretch``), the one CPU-over-wall ratio the collector records."""
+
+    process_us: float
+    on_core: float
+
+
+def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
+    """Each profiled rank's ``RankCpu`` for a TF/JAX run that recorded every rank's process CPU; None elsewhere."""
+    loop = g.meta.loop_steps
+    if g.meta.framework not in XPLANE_FRAMEWORKS or loop is None:
+        return None
+    out = {}
+    for r, steps in loop.sched.items():
+        got = [x for s, x in steps.items() if x.process_cpu_us is not None and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
+        got = got or [x for x in steps.values() if x.process_cpu_us is not None]
+        if got:
+            stretch = runnable_stretch(got)
+            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0)
+    return out if out and sorted(out) == list(range(len(out))) else None
+
+
+def lane_work(g: Graph) -> np.ndarray:
+    """The nodes ``share_cores`` queues that are work: ops on a rank's compute and host lanes, not step marks or waits."""
+    lanes = np.array([d.rank >= 0 and d.kind in (DeviceKind.COMPUTE, DeviceKind.HOST) for d in g.devices])
+    return (g.device >= 0) & lanes[np.maximum(g.device, 0)] & ~np.isin(g.kind, [int(Kind.STEP), int(Kind.COMM_WAIT)])
+
+
+@dataclass(frozen=True, slots=True)
+class LaneCpu:
+    """A TF/JAX rank's price on shared cores: the scale of its lanes' op times to their CPU, its off-lane CPU a step."""
+
+    on_core: float
+    off_lane_us: float
+
+
+def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
+    """Per rank (copies of a profiled rank, ``passes.workers``, read as it), for TF/JAX ranks sharing fewer cores than
+    they are: its ``LaneCpu``. The lanes' op times hold the sharing they met when profiled, so each is scaled by the
+    rank's CPU over wall (``RankCpu.on_core``) and the queue adds the sharing of the ranks asked for; the rest of the
+    process's CPU (the collective executor's, gRPC's and the runtime's threads, off the lanes) is its budget
+    (``off_lane_budget``). None where not priced: not such a run, the ranks within the cores, or a rank's CPU not
+    recorded (``passes.compute.process_cpu_note`` says so)."""
+    cpu = rank_cpu(g)
+    if cpu is None or per <= cores:
+        return None
+    n0, steps, work = len(cpu), max(len(g.meta.steps), 1), lane_work(g)
+    lane_us = np.bincount(g.rank[work], weights=g.dur[work], minlength=int(g.world_size)) / steps
+    out = {}
+    for r in range(int(g.world_size)):
+        c = cpu[r % n0]
+        out[r] = LaneCpu(c.on_core, max(c.process_us - c.on_core * float(lane_us[r]), 0.0))
+    return out
+
+
+def scale_lanes(onto: Graph, g: Graph, priced: dict[int, LaneCpu]) -> Graph:
+    """``onto`` (``g``'s nodes keep their ids in it) with each rank's lanes' op times scaled to their CPU (``lane_cpu``)."""
+    work = np.flatnonzero(lane_work(g))
+    dur = onto.dur.copy()
+    dur[work] *= np.array([priced[int(r)].on_core for r in g.rank[work]])
+    return onto.replace(dur=dur)
+
+
+def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray) -> CpuBudget | None:
+    """A TF/JAX job's ``CpuBudget`` (``Placement.ISSUE``): per collective and rank whose issue of it is on a lane moved to
+    the cores (``remap``: device -> its shared device), the rank's off-lane CPU a step shared over its collectives of that
+    step by bytes (1 B each: a step of empty collectives still shares). None where no rank issues one."""
     indptr, pred = g.pred_csr
-    count = indptr[comm + 1] - indptr[comm]
-    b.add_edges(np.concatenate([pred[indptr[c]:indptr[c + 1]] for c in comm.tolist()]), np.repeat(cpu, count))
-    b.add_edges(cpu, rest[of])
-    out = np.diff(g.indptr)[colls]
-    b.add_edges(np.repeat(rest, out), np.concatenate([g.succ[g.indptr[c]:g.indptr[c + 1]] for c in colls.tolist()]))
-    return b.build()
+    comm, issue = [], []
+    for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
+        ups = [int(p) for p in pred[indptr[c]:indptr[c + 1]]]
+        ups += [int(q) for p in ups if g.rank[p] < 0 for q in pred[indptr[p]:indptr[p + 1]]]
+        for p in ups:
+            if g.rank[p] >= 0 and g.device[p] >= 0 and remap[g.device[p]] != g.device[p]:
+                comm.append(int(c))
+                issue.append(p)
+    if not comm:
+        return None
+    at = np.array(issue)
+    weight = g.nbytes[comm].astype(np.float64) + 1.0
+    key = g.rank[at].astype(np.int64) * (int(g.step.max()) + 1) + g.step[at]
+    _, of = np.unique(key, return_inverse=True)
+    share = weight / np.bincount(of, weights=weight)[of]
+    # host work (the runtime's and gRPC's threads with the collective executor's), slowed beside collectives as the lanes' ops
+    cpu_us = share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]])
+    return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, np.array(comm, np.int64), at, cpu_us)

@@ -1,20 +1,15 @@
 """Compute what-ifs: faster or slower per-rank compute (a new GPU, more cores, contention)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
-from ..graph.meta import WARMUP_STEPS
 from ..traces.events import Kind
-from ..traces.meta import runnable_stretch
 from .comm import exit_lags
-from .comm_cpu import with_comm_cpu
+from .comm_cpu import XPLANE_FRAMEWORKS, gloo_budget, lane_cpu, lane_work, off_lane_budget, queue_comm_cpu, rank_cpu, scale_lanes
 
 COMPUTE_KINDS = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER)
-XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
 
 def scale_compute(g: Graph, speed: float, kinds: tuple[Kind, ...] = COMPUTE_KINDS) -> Graph:
@@ -44,8 +39,9 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     4-rank FSDP what-if at 200 Mbit/s held a core through about 5 ms of wire per collective and rank while the
     other ranks queued: the core sharing added 14-17 % to the step where the testbed measured 8 %.
 
-    Each collective also holds a core for the CPU it takes off the training thread (gloo's threads), priced per byte the
-    rank sends from the profile's process CPU (``passes.comm_cpu``).
+    Each collective also holds a core per rank for the CPU the rank spends off its training thread or lanes
+    (``passes.comm_cpu.queue_comm_cpu``): torch FSDP on gloo, its gloo threads' priced per byte sent; TF/JAX ranks beyond
+    the cores, the process's recorded CPU less its lanes' (whose op times are scaled to their CPU).
 
     Only a rank's main lane's gaps are the framework's work on the cores (``_idle_off_cores``); its other threads'
     (MXNet's engine workers, TF's thread pools) are those threads waiting for work.
@@ -78,11 +74,11 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     idle = np.isin(g.device, others) & (g.gap > 0)
     device = np.where(g.device >= 0, remap[np.maximum(g.device, 0)], -1)
     on_cores = np.array(list(shared.values()), np.int64)
-    priced = _process_cpu_on_cores(g, per, cores)
+    priced = lane_cpu(g, per, cores)
     moved = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
-    if priced is not None:  # TF/JAX: each rank's recorded CPU off its lanes
-        return _queue_process_cpu(moved, g, priced, remap)
-    return with_comm_cpu(moved, host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: its threads' CPU per byte
+    if priced is not None:  # TF/JAX: each rank's lanes at their CPU, its recorded CPU off them beside its collectives
+        return queue_comm_cpu(g, off_lane_budget(g, priced, remap), host_device, onto=scale_lanes(moved, g, priced))
+    return queue_comm_cpu(moved, gloo_budget(moved), host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: per byte
 
 
 def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:
@@ -135,90 +131,6 @@ def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
                        order=g.order[cons], step=g.step[cons], layer=g.layer[cons])
     b.add_edges(comm, wait)
     b.add_edges(wait, cons)
-    return b.build()
-
-
-@dataclass(frozen=True, slots=True)
-class RankCpu:
-    """A profiled rank's CPU a step (``LoopSteps.sched``: the steps outside the window past the warm-up, else the window's):
-    its process's, every thread's, median; and its training thread's CPU over its CPU and waits for a core (the share of
-    its runnable time it held a core, ``runnable_stretch``), the one CPU-over-wall ratio the collector records."""
-
-    process_us: float
-    on_core: float
-
-
-def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
-    """Each profiled rank's ``RankCpu`` for a TF/JAX run that recorded every rank's process CPU; None elsewhere."""
-    loop = g.meta.loop_steps
-    if g.meta.framework not in XPLANE_FRAMEWORKS or loop is None:
-        return None
-    out = {}
-    for r, steps in loop.sched.items():
-        got = [x for s, x in steps.items() if x.process_cpu_us is not None and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
-        got = got or [x for x in steps.values() if x.process_cpu_us is not None]
-        if got:
-            stretch = runnable_stretch(got)
-            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0)
-    return out if out and sorted(out) == list(range(len(out))) else None
-
-
-def _lane_work(g: Graph) -> np.ndarray:
-    """The nodes ``share_cores`` queues that are work: ops on a rank's compute and host lanes, not step marks or waits."""
-    lanes = np.array([d.rank >= 0 and d.kind in (DeviceKind.COMPUTE, DeviceKind.HOST) for d in g.devices])
-    return (g.device >= 0) & lanes[np.maximum(g.device, 0)] & ~np.isin(g.kind, [int(Kind.STEP), int(Kind.COMM_WAIT)])
-
-
-def _process_cpu_on_cores(g: Graph, per: int, cores: int) -> dict[int, tuple[float, float]] | None:
-    """Per rank (copies of a profiled rank, ``passes.workers``, read as it), for TF/JAX ranks sharing fewer cores than
-    they are: (the scale of its lanes' op times to their CPU, its off-lane CPU a step). The lanes' op times hold the
-    sharing they met when profiled, so each is scaled by the rank's CPU over wall (``RankCpu.on_core``) and the queue
-    adds the sharing of the ranks asked for; the rest of the process's CPU (the collective executor's, gRPC's and the
-    runtime's threads, off the lanes) is queued beside the collectives. None where not priced: not such a run, the
-    ranks within the cores, or a rank's CPU not recorded (``process_cpu_note`` says so)."""
-    cpu = rank_cpu(g)
-    if cpu is None or per <= cores:
-        return None
-    n0, steps, work = len(cpu), max(len(g.meta.steps), 1), _lane_work(g)
-    lane_us = np.bincount(g.rank[work], weights=g.dur[work], minlength=int(g.world_size)) / steps
-    out = {}
-    for r in range(int(g.world_size)):
-        c = cpu[r % n0]
-        out[r] = (c.on_core, max(c.process_us - c.on_core * float(lane_us[r]), 0.0))
-    return out
-
-
-def _queue_process_cpu(moved: Graph, g: Graph, priced: dict[int, tuple[float, float]], remap: np.ndarray) -> Graph:
-    """``moved`` (``g`` on the shared cores; ``g``'s nodes keep their ids) with each rank's lanes' op times scaled and its
-    off-lane CPU queued on its cores (``_process_cpu_on_cores``): per collective and rank a node of the rank's off-lane CPU
-    a step, shared over its collectives of that step by bytes, after the rank's issue of it and before its consumers, so it
-    runs beside the collective's wire on free cores and waits for a core on busy ones."""
-    work = np.flatnonzero(_lane_work(g))
-    dur = moved.dur.copy()
-    dur[work] *= np.array([priced[int(r)][0] for r in g.rank[work]])
-    indptr, pred = g.pred_csr
-    rows: list[tuple[int, int, list[int]]] = []  # (collective, issue on a lane now on the cores, consumers) per rank
-    for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
-        ups = [int(p) for p in pred[indptr[c]:indptr[c + 1]]]
-        ups += [int(q) for p in ups if g.rank[p] < 0 for q in pred[indptr[p]:indptr[p + 1]]]
-        cons = [int(v) for v in g.succ[g.indptr[c]:g.indptr[c + 1]] if g.rank[v] >= 0]
-        for p in ups:
-            if g.rank[p] >= 0 and g.device[p] >= 0 and remap[g.device[p]] != g.device[p]:
-                rows.append((int(c), p, [v for v in cons if g.rank[v] == g.rank[p]]))
-    if not rows:
-        return moved.replace(dur=dur)
-    issue = np.array([p for _, p, _ in rows])
-    weight = g.nbytes[[c for c, _, _ in rows]].astype(np.float64) + 1.0  # 1 B each: a step of empty collectives still shares
-    key = g.rank[issue].astype(np.int64) * (int(g.step.max()) + 1) + g.step[issue]
-    _, at = np.unique(key, return_inverse=True)
-    share = weight / np.bincount(at, weights=weight)[at]
-    b, _ = GraphBuilder.from_graph(moved.replace(dur=dur))
-    nodes = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} (off-lane CPU)") for c, _, _ in rows], np.int32),
-                        kind=np.full(len(rows), int(Kind.OTHER)), rank=g.rank[issue], device=remap[g.device[issue]],
-                        dur=share * np.array([priced[int(r)][1] for r in g.rank[issue]]), order=g.order[issue],
-                        step=g.step[issue], layer=g.layer[issue])
-    b.add_edges(issue, nodes)
-    b.add_edges(np.repeat(nodes, [len(v) for _, _, v in rows]), np.array([v for _, _, x in rows for v in x], np.int64))
     return b.build()
 
 
@@ -302,7 +214,7 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     if cores:
         return None
     most = max(c.process_us for c in cpu.values())
-    work = _lane_work(g)
+    work = lane_work(g)
     lane_us = float(g.dur[work].sum()) / n0 / max(len(g.meta.steps), 1)
     need = (f", {workers} of them {workers * most / step_us / group.cores:.0%} of the {group.cores} cores at the {step_us / 1e3:.1f} ms "
             "step predicted" if step_us else "")
