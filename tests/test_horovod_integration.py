@@ -65,8 +65,10 @@ def test_zero_code_profile_of_horovodrun(tmp_path):
     assert all(d["cpu_set"] == cpu_list(os.sched_getaffinity(0)) for d in docs)  # which ones
     assert all(d["window_tx_bytes"] > 0 for d in docs)  # the host's interfaces over the window: its gradients crossed loopback
     p = open_run(out)
-    # the one warning a loaded machine may add: the timeline's epoch read across a preemption at hvd.init, and moved
-    assert p.run.meta.framework == "horovod" and all("Horovod's timeline is dated" in str(w) for w in p.warnings), p.warnings
+    # the warnings a loaded machine may add: the timeline's epoch read across a preemption at hvd.init, and moved; a
+    # trace-log line the writer had not finished (counted; seen once in 3 runs beside 3 busy processes, 2026-12-06)
+    loaded = ("Horovod's timeline is dated", "line(s) unreadable, 0 response(s) without their start or end")
+    assert p.run.meta.framework == "horovod" and all(any(k in str(w) for k in loaded) for w in p.warnings), p.warnings
     assert abs(p.analysis.error_pct) < 5.0
 
 
