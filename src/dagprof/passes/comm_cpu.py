@@ -182,8 +182,7 @@ def keep_comm_cpu(g: Graph) -> Graph:
 def gloo_budget(g: Graph) -> CpuBudget | None:
     """An FSDP job's ``CpuBudget`` (``Placement.JOIN``): per (collective, rank) the bytes the rank sends times its price
     (``comm_cpu``, of a profiled rank for its copies). None without a price or off FSDP."""
-    price = comm_cpu(g)
-    if price is None or not is_fsdp_graph(g):
+    if not is_fsdp_graph(g) or (price := comm_cpu(g)) is None:  # off FSDP first: the price walks every collective
         return None
     comm, wait, sent = _sent(g)
     n0 = len(price.us_per_byte)

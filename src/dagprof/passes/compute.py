@@ -188,7 +188,6 @@ def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str 
             "computing in lockstep)")
 
 
-
 def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int | None) -> str | None:
     """A TF/JAX ``--workers`` answer for more ranks than the profiled host's cores, said in one line where it is not priced
     for ranks that share the cores. ``--cores`` prices it where the run recorded each rank's process CPU (``share_cores``:

@@ -69,8 +69,12 @@ def chained_in_job(m: Overlap | None, stretch: float) -> Chained:
     (``chained_busy``) where measured; files written before it was measured price that chain as the idle one."""
     if m is None:
         return Chained((), stretch)
-    pairs = lambda table: tuple((int(b), float(us)) for b, us in table)  # noqa: E731  (JSON's lists as Chained's hashable pairs)
-    return Chained(pairs(m.chained_allreduce), stretch or m.chained_stretch, pairs(m.chained_busy))
+    return Chained(_pairs(m.chained_allreduce), stretch or m.chained_stretch, _pairs(m.chained_busy))
+
+
+def _pairs(table: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """A file's (bytes, us) lists as ``Chained``'s hashable pairs."""
+    return tuple((int(b), float(us)) for b, us in table)
 
 
 def profiled_stretch(run: Run) -> float:
