@@ -22,6 +22,14 @@ demand 1), so these runs cannot show a dependence on the message size or rate. R
 +19.8 to -2.0 % but the lossy mlp, transformer, cnn3, conv and lstm cells to -16 to -27 %; pooling an op's steps
 by their median (or leaving out steps over 3x it) took the cnn cells further off (+25.6 %; cnn3 +2.1 to +9.3 %).
 Neither landed.
+
+Each pair is also read against a control of its own round and rank (``--control``, the default): the rank's forward and
+optimizer ops, which under DDP run with no collective in flight in either run (the optimizer waits for every bucket), A
+over B summed over the median step. Beside over control is then the op's slowdown from the collective beside it, the
+machine's pace in each run taken out; per cell also the training thread's run-queue wait and its process's other
+threads' CPU (gloo's, mostly) per step, A and B (``collect.hooks.thread_sched``). On the 12 kept PowerSGD folders of
+2026-12-05/06 (docs/evidence.md, branch psgdcontend) the embedding cells' control ran x1.1-1.2 slower in the defaults'
+run, with 0.2-0.6 ms of wait a step: their strategy's compute is faster as a whole, not beside the collective.
 """
 from __future__ import annotations
 
@@ -44,12 +52,22 @@ from dagprof.traces.events import Kind
 EARLY_MS = 10.0  # an op that started this soon after the all-reduce it overlaps counts as at its start
 
 
-def op_times(run_dir: str, rate: float | None) -> dict[tuple[int, str], tuple[float, float, float]]:
+CONTROL = (Kind.FORWARD, Kind.UPDATE)  # DDP runs them with no collective in flight: the run's pace alone
+
+
+def op_times(run_dir: str, rate: float | None) -> tuple[dict[tuple[int, str], tuple[float, float, float]], dict[int, float], dict[str, float]]:
     """Per (rank, op name) of a profiled run's backward: the median over steps of its duration (us), of its overlapped
     share (each collective weighted as the optimizer weighs it) and of how long after the start of the latest
-    all-reduce in flight it started (ms; nan: none in flight)."""
-    g = open_run(run_dir).graph
+    all-reduce in flight it started (ms; nan: none in flight). Then per rank its control (``CONTROL`` ops with nothing
+    in flight, summed over the step, the median step, us) and the run's schedstat per step (``sched``)."""
+    p = open_run(run_dir)
+    g = p.graph
     res = replay(g)
+    ctrl = slowed_nodes(g)
+    ctrl = ctrl[(g.step[ctrl] >= 0) & np.isin(g.kind[ctrl], [int(k) for k in CONTROL])]
+    ctrl = ctrl[comm_overlap(g, res, ctrl) < 0.1]
+    control = {int(r): float(np.median([g.dur[ctrl[(g.rank[ctrl] == r) & (g.step[ctrl] == s)]].sum() for s in set(g.step[ctrl[g.rank[ctrl] == r]].tolist())]))
+               for r in set(g.rank[ctrl].tolist())}
     nodes = slowed_nodes(g)
     nodes = nodes[(g.step[nodes] >= 0) & (g.kind[nodes] == int(Kind.BACKWARD))]
     f = comm_overlap(g, res, nodes, None if rate is None else comm_demand(g, res, g.nbytes.astype(float), rate))
@@ -66,7 +84,15 @@ def op_times(run_dir: str, rate: float | None) -> dict[tuple[int, str], tuple[fl
     for k, v in per.items():
         a = np.array(v)
         out[k] = (float(np.median(a[:, 0])), float(np.median(a[:, 1])), float(np.nanmedian(a[:, 2])) if np.isfinite(a[:, 2]).any() else float("nan"))
-    return out
+    return out, control, sched(p.run)
+
+
+def sched(run) -> dict[str, float]:
+    """The median profiled step over ranks (ms): the training thread's CPU and run-queue wait, and its process's CPU on
+    other threads (gloo's, the profiler's); nan where not recorded."""
+    rows = [(x.cpu_us, x.wait_us, x.process_cpu_us - x.cpu_us) for t in run.ranks for x in t.meta.train_thread if x.process_cpu_us is not None]
+    med = np.median(np.array(rows), axis=0) / 1e3 if rows else np.full(3, np.nan)
+    return {"cpu_ms": float(med[0]), "wait_ms": float(med[1]), "others_ms": float(med[2])}
 
 
 def cell_overlap(cell: str) -> Overlap:
@@ -79,19 +105,23 @@ def cell_overlap(cell: str) -> Overlap:
     return ov
 
 
-def cell_pairs(cell: str) -> tuple[float, list[dict]]:
-    """The cell's measured slowdown and its (op, round) pairs: beside an all-reduce in A (share over 0.5), beside
-    nothing in B (under 0.1), at least 0.3 ms with nothing beside."""
+def cell_pairs(cell: str) -> tuple[float, list[dict], list[dict]]:
+    """The cell's measured slowdown, its (op, round) pairs: beside an all-reduce in A (share over 0.5), beside
+    nothing in B (under 0.1), at least 0.3 ms with nothing beside, each with its rank's control A / B; and per round
+    the schedstat of A and of B (``sched``)."""
     ov = cell_overlap(cell)
-    rows = []
+    rows, rounds = [], []
     for a in sorted(glob.glob(os.path.join(cell, "*", "verify", "round*-A"))):
         mode = a.split(os.sep)[-3]
-        A, B = op_times(os.path.join(a, "run"), ov.rate), op_times(os.path.join(a[:-1] + "B", "run"), ov.rate)
+        (A, ca, sa), (B, cb, sb) = op_times(os.path.join(a, "run"), ov.rate), op_times(os.path.join(a[:-1] + "B", "run"), ov.rate)
+        rounds.append({"mode": mode, "round": os.path.basename(a)[:-2], "A": sa, "B": sb,
+                       "control": statistics.median(ca[r] / cb[r] for r in ca.keys() & cb.keys() if cb[r] > 0) if ca.keys() & cb.keys() else None})
         for k, (da, fa, since) in A.items():
             if k in B and fa > 0.5 and B[k][1] < 0.1 and B[k][0] > 300:
                 rows.append({"mode": mode, "round": os.path.basename(a)[:-2], "rank": k[0], "op": k[1], "beside_ms": da / 1e3,
-                             "alone_ms": B[k][0] / 1e3, "overlapped": fa, "started_after_ms": since})
-    return ov.model_slowdown, rows
+                             "alone_ms": B[k][0] / 1e3, "overlapped": fa, "started_after_ms": since,
+                             "control": ca[k[0]] / cb[k[0]] if k[0] in ca and cb.get(k[0], 0) > 0 else None})
+    return ov.model_slowdown, rows, rounds
 
 
 def main() -> int:
@@ -103,14 +133,21 @@ def main() -> int:
     try:
         for kept in args.kept:
             for cell in sorted(glob.glob(os.path.join(kept, "w*-*"))):
-                s, rows = cell_pairs(cell)
+                s, rows, rounds = cell_pairs(cell)
                 for mode in sorted({r["mode"] for r in rows}):
                     sub = [r for r in rows if r["mode"] == mode]
-                    line = {"cell": f"{os.path.basename(kept.rstrip(os.sep))}/{os.path.basename(cell)}", "mode": mode, "s": s, "pairs": sub}
+                    line = {"cell": f"{os.path.basename(kept.rstrip(os.sep))}/{os.path.basename(cell)}", "mode": mode, "s": s, "pairs": sub,
+                            "rounds": [r for r in rounds if r["mode"] == mode]}
                     for part, pick in (("early", lambda r: r["started_after_ms"] < EARLY_MS), ("later", lambda r: r["started_after_ms"] >= EARLY_MS)):
                         p = [r for r in sub if pick(r)]  # nan (no all-reduce in flight at the start) is in neither
                         line[part] = {"n": len(p), "median_ratio": statistics.median(r["beside_ms"] / r["alone_ms"] for r in p) if p else None,
                                       "sum_ratio": sum(r["beside_ms"] for r in p) / sum(r["alone_ms"] for r in p) if p else None}
+                    both = [r for r in sub if r["control"]]
+                    line["over_control"] = statistics.median(r["beside_ms"] / r["alone_ms"] / r["control"] for r in both) if both else None
+                    controls = [r["control"] for r in line["rounds"] if r["control"]]
+                    line["control"] = statistics.median(controls) if controls else None
+                    for side in "AB":
+                        line[side] = {k: statistics.median(r[side][k] for r in line["rounds"]) for k in ("cpu_ms", "wait_ms", "others_ms")}
                     table.append(line)
     except (OSError, ValueError) as e:
         raise SystemExit(f"bench_overlap_ops: {e}") from None
@@ -122,14 +159,18 @@ def main() -> int:
         json.dump({"cells": table}, sys.stdout)
         return 0
     print(f"per op, beside the all-reduce (A) over alone (B): started within its first {EARLY_MS:.0f} ms / later; model 1 + s")
-    print(f"{'cell':22s} {'mode':8s} {'1+s':>5s} {'n':>4s} {'early med':>9s} {'sum':>6s} {'n':>4s} {'later med':>9s} {'sum':>6s}")
+    print("then the rank's control (forward and optimizer, nothing in flight) A / B, every pair over its control (median), and per "
+          "step the training thread's CPU / run-queue wait / other threads' CPU (ms), A | B, medians over rounds")
+    print(f"{'cell':22s} {'mode':8s} {'1+s':>5s} {'n':>4s} {'early med':>9s} {'sum':>6s} {'n':>4s} {'later med':>9s} {'sum':>6s} "
+          f"{'control':>7s} {'/ctrl':>6s}  sched A | B")
 
     def fmt(x):
         return f"{x:.3f}" if x is not None else "-"
     for t in table:
         e, lt = t["early"], t["later"]
+        sa, sb = (" / ".join(f"{t[x][k]:.1f}" for k in ("cpu_ms", "wait_ms", "others_ms")) for x in "AB")
         print(f"{t['cell']:22s} {t['mode']:8s} {1 + t['s']:5.2f} {e['n']:4d} {fmt(e['median_ratio']):>9s} {fmt(e['sum_ratio']):>6s} "
-              f"{lt['n']:4d} {fmt(lt['median_ratio']):>9s} {fmt(lt['sum_ratio']):>6s}")
+              f"{lt['n']:4d} {fmt(lt['median_ratio']):>9s} {fmt(lt['sum_ratio']):>6s} {fmt(t['control']):>7s} {fmt(t['over_control']):>6s}  {sa} | {sb}")
     return 0
 
 
