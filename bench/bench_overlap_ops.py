@@ -27,9 +27,11 @@ Each pair is also read against a control of its own round and rank (``--control`
 optimizer ops, which under DDP run with no collective in flight in either run (the optimizer waits for every bucket), A
 over B summed over the median step. Beside over control is then the op's slowdown from the collective beside it, the
 machine's pace in each run taken out; per cell also the training thread's run-queue wait and its process's other
-threads' CPU (gloo's, mostly) per step, A and B (``collect.hooks.thread_sched``). On the 12 kept PowerSGD folders of
-2026-12-05/06 (docs/evidence.md, branch psgdcontend) the embedding cells' control ran x1.1-1.2 slower in the defaults'
-run, with 0.2-0.6 ms of wait a step: their strategy's compute is faster as a whole, not beside the collective.
+threads' CPU (gloo's, mostly) per step, A and B (``collect.hooks.thread_sched``). On the 14 kept PowerSGD folders of
+2026-12-05/06 (docs/evidence.md, branch psgdcontend), quiet rounds: the control 1.05-1.34 in the 6 embedding cells (median
+1.20; a tied-embedding LM among them) against 0.80-1.10 in the 12 conv, LSTM and encoder cells (median 1.03), with the
+embeddings' training threads waiting 0.3-0.5 ms a step; each pair over its control 1.09-1.45 against 1 + s 1.11-1.60.
+The embeddings' strategy computes faster as a whole, not where the collective was beside it.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.traces.events import Kind
 
+QUIET = 0.15  # a round whose training threads waited for a core under this share of their CPU, in both runs, is a quiet one
 EARLY_MS = 10.0  # an op that started this soon after the all-reduce it overlaps counts as at its start
 
 
@@ -134,7 +137,7 @@ def main() -> int:
         for kept in args.kept:
             for cell in sorted(glob.glob(os.path.join(kept, "w*-*"))):
                 s, rows, rounds = cell_pairs(cell)
-                for mode in sorted({r["mode"] for r in rows}):
+                for mode in sorted({r["mode"] for r in rounds}):
                     sub = [r for r in rows if r["mode"] == mode]
                     line = {"cell": f"{os.path.basename(kept.rstrip(os.sep))}/{os.path.basename(cell)}", "mode": mode, "s": s, "pairs": sub,
                             "rounds": [r for r in rounds if r["mode"] == mode]}
@@ -146,6 +149,8 @@ def main() -> int:
                     line["over_control"] = statistics.median(r["beside_ms"] / r["alone_ms"] / r["control"] for r in both) if both else None
                     controls = [r["control"] for r in line["rounds"] if r["control"]]
                     line["control"] = statistics.median(controls) if controls else None
+                    quiet = [r["control"] for r in line["rounds"] if r["control"] and all(r[x]["wait_ms"] < QUIET * r[x]["cpu_ms"] for x in "AB")]
+                    line["control_quiet"], line["quiet_rounds"] = statistics.median(quiet) if quiet else None, len(quiet)
                     for side in "AB":
                         line[side] = {k: statistics.median(r[side][k] for r in line["rounds"]) for k in ("cpu_ms", "wait_ms", "others_ms")}
                     table.append(line)
@@ -159,10 +164,11 @@ def main() -> int:
         json.dump({"cells": table}, sys.stdout)
         return 0
     print(f"per op, beside the all-reduce (A) over alone (B): started within its first {EARLY_MS:.0f} ms / later; model 1 + s")
-    print("then the rank's control (forward and optimizer, nothing in flight) A / B, every pair over its control (median), and per "
-          "step the training thread's CPU / run-queue wait / other threads' CPU (ms), A | B, medians over rounds")
+    print("then the rank's control (forward and optimizer, nothing in flight) A / B, all rounds and quiet ones (the training threads "
+          f"waited under {100 * QUIET:.0f} % of their CPU in both runs), every pair over its control (median), and per step the "
+          "training thread's CPU / run-queue wait / other threads' CPU (ms), A | B, medians over rounds")
     print(f"{'cell':22s} {'mode':8s} {'1+s':>5s} {'n':>4s} {'early med':>9s} {'sum':>6s} {'n':>4s} {'later med':>9s} {'sum':>6s} "
-          f"{'control':>7s} {'/ctrl':>6s}  sched A | B")
+          f"{'control':>7s} {'quiet':>10s} {'/ctrl':>6s}  sched A | B")
 
     def fmt(x):
         return f"{x:.3f}" if x is not None else "-"
@@ -170,7 +176,8 @@ def main() -> int:
         e, lt = t["early"], t["later"]
         sa, sb = (" / ".join(f"{t[x][k]:.1f}" for k in ("cpu_ms", "wait_ms", "others_ms")) for x in "AB")
         print(f"{t['cell']:22s} {t['mode']:8s} {1 + t['s']:5.2f} {e['n']:4d} {fmt(e['median_ratio']):>9s} {fmt(e['sum_ratio']):>6s} "
-              f"{lt['n']:4d} {fmt(lt['median_ratio']):>9s} {fmt(lt['sum_ratio']):>6s} {fmt(t['control']):>7s} {fmt(t['over_control']):>6s}  {sa} | {sb}")
+              f"{lt['n']:4d} {fmt(lt['median_ratio']):>9s} {fmt(lt['sum_ratio']):>6s} {fmt(t['control']):>7s} "
+              f"{fmt(t['control_quiet']):>5s} ({t['quiet_rounds']}/{len(t['rounds'])}) {fmt(t['over_control']):>6s}  {sa} | {sb}")
     return 0
 
 
