@@ -59,3 +59,10 @@ def test_the_command_prints_a_row_per_round_and_rank(kept, capsys):
     assert main(["--pairs", str(kept)]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "hvd_lstm_lm" in line]
     assert len(rows) == 2
+
+
+def test_a_file_beside_the_jobs_is_said_in_one_line(kept, capsys):
+    assert main([str(kept / "tb-hvd_lstm_lm-pair.json"), str(kept / "tb-hvd_lstm_lm-0-200M")]) == 1
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "tb-hvd_lstm_lm-pair.json" in err and "Traceback" not in err
+    assert len([line for line in out.splitlines() if "tb-hvd_lstm_lm-0-200M" in line]) == 2

@@ -22,10 +22,12 @@ import glob
 import json
 import os
 import statistics
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
+from dagprof.errors import DagprofError
 from dagprof.graph.meta import WARMUP_STEPS
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -150,11 +152,18 @@ def main(argv: list[str] | None = None) -> int:
                           f"({p.per_comm_ms(True):+.3f}) | {p.compute_ratio:.2f}")
         return 0
     print("job rank | step out/in | others out/in | wait out/in | comm wall, compute, step - comm (window)")
+    failed = 0
     for path in args.paths:
-        for r, x in job_cpu(path).items():
+        try:
+            ranks = job_cpu(path)
+        except DagprofError as e:  # a file the shell's glob matched beside the job folders, a damaged job: said in a line
+            print(f"not read: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        for r, x in ranks.items():
             print(f"{path} {r} | {x.step_out:6.1f} {x.step_in:6.1f} | {x.others_out:5.1f} {x.others_in:5.1f} | {x.wait_out:5.1f} "
                   f"{x.wait_in:5.1f} | {x.comm_wall:6.1f} {x.compute:5.1f} {x.outside_comm:5.1f}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
