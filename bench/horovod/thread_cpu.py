@@ -10,7 +10,7 @@ its compute (the training thread's forward, backward and update ops) and the ste
 
 With ``--pairs``, per kept round (``tb-NAME-K-RATEM`` folders of ``--keep``): the other threads' CPU per step at the
 slower rate less at the faster, over the collectives' wall time's change (ms of CPU per ms of collective), out of the
-window and in it, per rank; and the compute at the slower rate over the faster's.
+window and in it, per rank; the compute at the slower rate over the faster's; and the step less the collectives at each.
 
     python bench/horovod/thread_cpu.py /tmp/KEPT/tb-*            # one row per job and rank
     python bench/horovod/thread_cpu.py --pairs /tmp/KEPT [...]   # one row per round and rank
@@ -143,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", action="store_true", help="per round: the slower rate's change over the faster's")
     args = ap.parse_args(argv)
     if args.pairs:
-        print("round script k rank | comm wall A -> B | others out A -> B (per ms) | others in A -> B (per ms) | compute B/A")
+        print("round script k rank | comm wall A -> B | others out A -> B (per ms) | others in A -> B (per ms) | compute B/A | step - comm A -> B")
         for kept in args.paths:
             for (name, k), ranks in kept_pairs(kept).items():
                 for r, p in ranks.items():
                     print(f"{kept} {name} {k} {r} | {p.fast.comm_wall:6.1f} -> {p.slow.comm_wall:6.1f} | {p.fast.others_out:5.1f} -> "
                           f"{p.slow.others_out:5.1f} ({p.per_comm_ms(False):+.3f}) | {p.fast.others_in:5.1f} -> {p.slow.others_in:5.1f} "
-                          f"({p.per_comm_ms(True):+.3f}) | {p.compute_ratio:.2f}")
+                          f"({p.per_comm_ms(True):+.3f}) | {p.compute_ratio:.2f} | {p.fast.outside_comm:5.1f} -> {p.slow.outside_comm:5.1f}")
         return 0
     print("job rank | step out/in | others out/in | wait out/in | comm wall, compute, step - comm (window)")
     failed = 0
