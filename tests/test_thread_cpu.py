@@ -14,7 +14,7 @@ from testdata import DATA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "horovod"))
 
-from thread_cpu import job_cpu, kept_pairs, main, union_us  # noqa: E402
+from thread_cpu import job_cpu, kept_pairs, main  # noqa: E402
 
 QUIET, SLOW = DATA / "horovod" / "pinned-quiet", DATA / "horovod" / "pinned-200M"
 
@@ -25,12 +25,6 @@ def kept(tmp_path):
     os.symlink(SLOW, tmp_path / "tb-hvd_lstm_lm-0-200M")
     (tmp_path / "tb-hvd_lstm_lm-pair.json").write_text(json.dumps({"rate_bit": 1e9, "other_rate_bit": 200e6, "hosts": True}))
     return tmp_path
-
-
-def test_union_counts_overlaps_once():
-    import numpy as np
-    assert union_us(np.array([0.0, 5.0, 20.0]), np.array([10.0, 10.0, 1.0])) == 16.0
-    assert union_us(np.array([]), np.array([])) == 0.0
 
 
 def test_every_rank_has_its_steps_split_at_the_window():

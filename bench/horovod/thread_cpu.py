@@ -29,6 +29,7 @@ import numpy as np
 
 from dagprof.errors import DagprofError
 from dagprof.graph.meta import WARMUP_STEPS
+from dagprof.intervals import covered
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
@@ -49,16 +50,6 @@ class RankCpu:
     comm_wall: float  # the window's collectives' wall time a step
     compute: float  # the window's forward, backward and update ops a step (the training thread's)
     outside_comm: float  # the window's step less its collectives' wall time, step by step
-
-
-def union_us(start: np.ndarray, dur: np.ndarray) -> float:
-    """The time covered by the intervals [start, start + dur), us."""
-    order = np.argsort(start)
-    total, end = 0.0, -np.inf
-    for s, e in zip(start[order], (start + dur)[order]):
-        total += max(0.0, e - max(s, end))
-        end = max(end, e)
-    return total
 
 
 def _median(xs: list[float]) -> float:
@@ -88,7 +79,7 @@ def job_cpu(path: str) -> dict[int, RankCpu]:
         comm, compute, outside = [], [], []
         for s in prof:
             c = (e.step == s) & (e.kind == Kind.COMM)
-            comm.append(union_us(e.start[c], e.dur[c]) / 1e3)
+            comm.append(covered(e.start[c], e.start[c] + e.dur[c]) / 1e3)
             outside.append(loop.profiled[t.rank][s] / 1e3 - comm[-1])
             f = (e.step == s) & np.isin(e.kind, COMPUTE) & np.isin(e.lane, main) & (e.depth == 0)
             compute.append(float(e.dur[f].sum()) / 1e3)
