@@ -189,6 +189,16 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     row_ranges: int = 840
 
 
+class OtherThreads(msgspec.Struct, frozen=True):
+    """A step of a process's threads other than the training thread, summed (gloo's, Kineto's, a pool's): their CPU, their
+    waits for a core and the times they got one (``collect.hooks.thread_sched``). Their wait over their runs is what one
+    wake-up of them waited for a core (``passes.comm_cpu``)."""
+
+    cpu_us: float
+    wait_us: float
+    runs: int
+
+
 class StepSched(msgspec.Struct, frozen=True):
     """One step of the thread that marked the steps (the training thread): its CPU time and the time it was runnable but
     waited for a core (the kernel's schedstat, ``collect.hooks.thread_sched``), and its process's CPU time, every thread's."""
@@ -198,14 +208,18 @@ class StepSched(msgspec.Struct, frozen=True):
     wait_us: float
     process_cpu_us: float | None = None  # None: not recorded (older files)
     runs: int | None = None  # times the thread got a core in the step (None: not recorded, older files)
+    others: OtherThreads | None = None  # the process's other threads in the step (None: not recorded, older files)
 
 
 def step_scheds(thread_sched_ns: list[tuple[int, int, int]], process_cpu_ns: list[tuple[int, int]],
-                thread_runs: list[tuple[int, int]]) -> list[StepSched]:
+                thread_runs: list[tuple[int, int]], other_threads_ns: Iterable[tuple[int, int, int, int]] = ()) -> list[StepSched]:
     """A rank file's per-step schedstat records (``collect.hooks.thread_sched``: (step, thread CPU ns, run-queue wait
-    ns), (step, process CPU ns), (step, times the thread got a core)) as ``StepSched``s, us."""
+    ns), (step, process CPU ns), (step, times the thread got a core), (step, the other threads' CPU ns, wait ns, runs))
+    as ``StepSched``s, us."""
     process, runs = dict(process_cpu_ns), dict(thread_runs)
-    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s)) for s, c, w in thread_sched_ns]
+    others = {s: OtherThreads(c / 1e3, w / 1e3, n) for s, c, w, n in other_threads_ns}
+    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s), others.get(s))
+            for s, c, w in thread_sched_ns]
 
 
 def split_at_window(sched: list[StepSched], profiled: Container[int]) -> tuple[list[StepSched], list[StepSched]]:

@@ -313,7 +313,8 @@ class StepWindow:
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
             "cpu_set": cpu_sets.this_process(),
         }
-        info |= {"thread_sched_ns": self.sched.steps, "process_cpu_ns": self.sched.process, "thread_runs": self.sched.runs}
+        info |= {"thread_sched_ns": self.sched.steps, "process_cpu_ns": self.sched.process, "thread_runs": self.sched.runs,
+                 "other_threads_ns": self.sched.others}
         info.update(self.sizes.to_rank_file())
         if self.embedding_grad_bytes:
             info["embedding_grad_bytes"] = int(self.embedding_grad_bytes)
