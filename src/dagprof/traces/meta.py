@@ -209,16 +209,25 @@ class StepSched(msgspec.Struct, frozen=True):
     process_cpu_us: float | None = None  # None: not recorded (older files)
     runs: int | None = None  # times the thread got a core in the step (None: not recorded, older files)
     others: OtherThreads | None = None  # the process's other threads in the step (None: not recorded, older files)
+    # the same per thread name (``/proc``'s comm, 15 characters; TF's ``tf_Compute``...): None where not recorded (older files,
+    # torch ranks); a name absent in a step: its threads neither ran nor waited in it
+    named: dict[str, OtherThreads] | None = None
 
 
 def step_scheds(thread_sched_ns: list[tuple[int, int, int]], process_cpu_ns: list[tuple[int, int]],
-                thread_runs: list[tuple[int, int]], other_threads_ns: Iterable[tuple[int, int, int, int]] = ()) -> list[StepSched]:
+                thread_runs: list[tuple[int, int]], other_threads_ns: Iterable[tuple[int, int, int, int]] = (),
+                named_threads_ns: dict[str, list[tuple[int, int, int, int]]] | None = None) -> list[StepSched]:
     """A rank file's per-step schedstat records (``collect.hooks.thread_sched``: (step, thread CPU ns, run-queue wait
-    ns), (step, process CPU ns), (step, times the thread got a core), (step, the other threads' CPU ns, wait ns, runs))
-    as ``StepSched``s, us."""
+    ns), (step, process CPU ns), (step, times the thread got a core), (step, the other threads' CPU ns, wait ns, runs),
+    name -> the same per thread name) as ``StepSched``s, us."""
     process, runs = dict(process_cpu_ns), dict(thread_runs)
     others = {s: OtherThreads(c / 1e3, w / 1e3, n) for s, c, w, n in other_threads_ns}
-    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s), others.get(s))
+    named: dict[int, dict[str, OtherThreads]] = {}
+    for name, rows in (named_threads_ns or {}).items():
+        for s, c, w, n in rows:
+            named.setdefault(s, {})[name] = OtherThreads(c / 1e3, w / 1e3, n)
+    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s), others.get(s),
+                      None if named_threads_ns is None or s not in others else named.get(s, {}))
             for s, c, w in thread_sched_ns]
 
 
