@@ -35,7 +35,7 @@ from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph, issuer
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import WARMUP_STEPS, CommCpu
 from ..traces.events import Kind
-from ..traces.meta import runnable_stretch
+from ..traces.meta import StepSched, runnable_stretch
 
 XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
@@ -222,6 +222,15 @@ def lane_threads(g: Graph, rank: int) -> set[str]:
             if i in busy and i != main and d.name.startswith(head)}
 
 
+def _lanes_cpu(got: list[StepSched], names: set[str]) -> float | None:
+    """The median over ``got`` of the training thread's CPU and the ``names`` threads' a step; None where a step was not
+    recorded by name, or a lane's name is no recorded thread's (a pool whose threads the kernel names otherwise: the
+    stand-in then, not a lane left out)."""
+    if any(x.named is None for x in got) or not names <= {n for x in got for n in x.named}:  # type: ignore[union-attr]
+        return None
+    return float(np.median([x.cpu_us + sum(c.cpu_us for n, c in x.named.items() if n in names) for x in got]))  # type: ignore[union-attr]
+
+
 def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
     """Each profiled rank's ``RankCpu`` for a TF/JAX run that recorded every rank's process CPU; None elsewhere."""
     loop = g.meta.loop_steps
@@ -233,9 +242,7 @@ def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
         got = got or [x for x in steps.values() if x.process_cpu_us is not None]
         if got:
             stretch = runnable_stretch(got)
-            names = lane_threads(g, r)
-            lanes = None if any(x.named is None for x in got) else float(np.median(
-                [x.cpu_us + sum(c.cpu_us for n, c in x.named.items() if n in names) for x in got]))  # type: ignore[union-attr]
+            lanes = _lanes_cpu(got, lane_threads(g, r))
             out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0, lanes)
     return out if out and sorted(out) == list(range(len(out))) else None
 
