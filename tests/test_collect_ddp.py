@@ -140,4 +140,6 @@ def test_every_profiled_step_records_the_training_threads_cpu_and_waits(api_run,
             assert [s.step for s in steps] == t.meta.steps_profiled
             assert all(0 < s.cpu_us <= t.meta.step_times_us[s.step] * 1.01 and s.wait_us >= 0 for s in steps)
             assert all(s.runs is not None and s.runs >= 1 for s in steps)  # the times it got a core (a step's at least once)
+            # the process's other threads (gloo's run each bucket's all-reduce): their CPU, waits and runs, summed
+            assert all(s.others is not None and s.others.cpu_us >= 0 and s.others.wait_us >= 0 and s.others.runs >= 1 for s in steps)
         assert profiled_stretch(run) >= 1.0

@@ -302,9 +302,11 @@ def test_every_step_records_its_thread_and_process_cpu_read_as_a_torch_rank_file
         w.step_end(step)
     w.finish()
     info = json.loads((tmp_path / "rank1.json").read_text())
-    sched = step_scheds(info["thread_sched_ns"], info["process_cpu_ns"], info["thread_runs"])
+    sched = step_scheds(info["thread_sched_ns"], info["process_cpu_ns"], info["thread_runs"], info["other_threads_ns"],
+                        info["named_threads_ns"])
     assert [x.step for x in sched] == list(range(6))
     assert all(x.cpu_us >= 2500 and x.process_cpu_us >= 0.99 * x.cpu_us and x.runs is not None for x in sched), sched
+    assert all(x.named is not None for x in sched)  # per thread name too (the lanes' pools apart: ``passes.comm_cpu.rank_cpu``)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/dev"), reason="the interfaces' counters are Linux's /proc/net/dev")

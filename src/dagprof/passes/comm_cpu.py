@@ -16,12 +16,15 @@ training thread 69 (12), while the 2 cores sat idle 37 % of the step (softirq 2 
 steal 0): no foreign CPU, the ranks' own threads waking together after each collective; the FIFO queue gives these
 nodes 11 of those 59 ms a step.
 
-TF/JAX (``off_lane_budget``): each rank's recorded process CPU a step less its lanes' op times scaled to their CPU
-(``lane_cpu``): the collective executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) shared over
-the rank's collectives of the step by bytes.
+TF/JAX (``off_lane_budget``): each rank's recorded process CPU a step less its lanes' CPU (``lane_cpu``): the collective
+executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) shared over the rank's collectives of the
+step by bytes. The lanes' CPU is their threads' own where the collector recorded it by thread name (the training thread
+and the pools whose threads carry the lanes, ``tf_Compute``), else a stand-in: the lanes' op time scaled by the training
+thread's CPU over its runnable time.
 """
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from enum import Enum
@@ -32,7 +35,7 @@ from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph, issuer
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import WARMUP_STEPS, CommCpu
 from ..traces.events import Kind
-from ..traces.meta import runnable_stretch
+from ..traces.meta import StepSched, runnable_stretch
 
 XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
@@ -197,11 +200,35 @@ def gloo_budget(g: Graph) -> CpuBudget | None:
 @dataclass(frozen=True, slots=True)
 class RankCpu:
     """A profiled rank's CPU a step (``LoopSteps.sched``: the steps outside the window past the warm-up, else the window's):
-    its process's, every thread's, median; and its training thread's CPU over its CPU and waits for a core (the share of
-    its runnable time it held a core, ``runnable_stretch``), the one CPU-over-wall ratio the collector records."""
+    its process's, every thread's, median; its training thread's CPU over its CPU and waits for a core (the share of its
+    runnable time it held a core, ``runnable_stretch``); and its lanes' threads' CPU, median (None: not recorded by name)."""
 
     process_us: float
     on_core: float
+    lanes_us: float | None = None
+
+
+_LINE_ID = re.compile(r"/-?\d+$")  # a pool lane's name ends in xplane's line id (a hash of the thread, not its id)
+COMM_CHARS = 15  # the kernel keeps a thread's name to this many characters (``/proc/TID/comm``)
+
+
+def lane_threads(g: Graph, rank: int) -> set[str]:
+    """The thread names (as ``/proc``'s comm keeps them) of ``rank``'s pool lanes that carry work, its main lane (the
+    training thread, recorded apart) not among them: a device ``rank0/tf_Compute/-7664...`` is thread name ``tf_Compute``."""
+    main, work = g.meta.main_device.get(rank), lane_work(g)
+    busy = set(np.unique(g.device[work & (g.rank == rank)]).tolist())
+    head = f"rank{rank}/"
+    return {_LINE_ID.sub("", d.name[len(head):])[:COMM_CHARS] for i, d in enumerate(g.devices)
+            if i in busy and i != main and d.name.startswith(head)}
+
+
+def _lanes_cpu(got: list[StepSched], names: set[str]) -> float | None:
+    """The median over ``got`` of the training thread's CPU and the ``names`` threads' a step; None where a step was not
+    recorded by name, or a lane's name is no recorded thread's (a pool whose threads the kernel names otherwise: the
+    stand-in then, not a lane left out)."""
+    if any(x.named is None for x in got) or not names <= {n for x in got for n in x.named}:  # type: ignore[union-attr]
+        return None
+    return float(np.median([x.cpu_us + sum(c.cpu_us for n, c in x.named.items() if n in names) for x in got]))  # type: ignore[union-attr]
 
 
 def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
@@ -215,7 +242,8 @@ def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
         got = got or [x for x in steps.values() if x.process_cpu_us is not None]
         if got:
             stretch = runnable_stretch(got)
-            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0)
+            lanes = _lanes_cpu(got, lane_threads(g, r))
+            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0, lanes)
     return out if out and sorted(out) == list(range(len(out))) else None
 
 
@@ -235,8 +263,9 @@ class LaneCpu:
 
 def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
     """Per rank (copies of a profiled rank, ``passes.workers``, read as it), for TF/JAX ranks sharing fewer cores than
-    they are: its ``LaneCpu``. The lanes' op times hold the sharing they met when profiled, so each is scaled by the
-    rank's CPU over wall (``RankCpu.on_core``) and the queue adds the sharing of the ranks asked for; the rest of the
+    they are: its ``LaneCpu``. The lanes' op times hold the sharing they met when profiled, so each is scaled to the
+    lanes' CPU and the queue adds the sharing of the ranks asked for: their threads' recorded CPU a step over their op
+    time (``RankCpu.lanes_us``), else the rank's CPU over wall (``RankCpu.on_core``, a stand-in). The rest of the
     process's CPU (the collective executor's, gRPC's and the runtime's threads, off the lanes) is its budget
     (``off_lane_budget``). None where not priced: not such a run, the ranks within the cores, or a rank's CPU not
     recorded (``passes.compute.process_cpu_note`` says so)."""
@@ -247,8 +276,11 @@ def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
     lane_us = np.bincount(g.rank[work], weights=g.dur[work], minlength=int(g.world_size)) / steps
     out = {}
     for r in range(int(g.world_size)):
-        c = cpu[r % n0]
-        out[r] = LaneCpu(c.on_core, max(c.process_us - c.on_core * float(lane_us[r]), 0.0))
+        c, ops = cpu[r % n0], float(lane_us[r])
+        if c.lanes_us is not None and ops > 0:
+            out[r] = LaneCpu(c.lanes_us / ops, max(c.process_us - c.lanes_us, 0.0))
+        else:
+            out[r] = LaneCpu(c.on_core, max(c.process_us - c.on_core * ops, 0.0))
     return out
 
 

@@ -144,6 +144,7 @@ def _from_step_files(folder: str) -> RankFile:
         f.thread_sched_ns += p.thread_sched_ns
         f.process_cpu_ns += p.process_cpu_ns
         f.thread_runs += p.thread_runs
+        f.other_threads_ns += p.other_threads_ns
         f.steps_profiled.append(p.step)
     if torn:
         f.warnings.append(f"rank {f.rank}: the record of the step after {f.steps_profiled[-1] if parts else 'none'} was cut off "

@@ -189,6 +189,16 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     row_ranges: int = 840
 
 
+class OtherThreads(msgspec.Struct, frozen=True):
+    """A step of a process's threads other than the training thread, summed (gloo's, Kineto's, a pool's): their CPU, their
+    waits for a core and the times they got one (``collect.hooks.thread_sched``). Their wait over their runs is what one
+    wake-up of them waited for a core (``passes.comm_cpu``)."""
+
+    cpu_us: float
+    wait_us: float
+    runs: int
+
+
 class StepSched(msgspec.Struct, frozen=True):
     """One step of the thread that marked the steps (the training thread): its CPU time and the time it was runnable but
     waited for a core (the kernel's schedstat, ``collect.hooks.thread_sched``), and its process's CPU time, every thread's."""
@@ -198,14 +208,27 @@ class StepSched(msgspec.Struct, frozen=True):
     wait_us: float
     process_cpu_us: float | None = None  # None: not recorded (older files)
     runs: int | None = None  # times the thread got a core in the step (None: not recorded, older files)
+    others: OtherThreads | None = None  # the process's other threads in the step (None: not recorded, older files)
+    # the same per thread name (``/proc``'s comm, 15 characters; TF's ``tf_Compute``...): None where not recorded (older files,
+    # torch ranks); a name absent in a step: its threads neither ran nor waited in it
+    named: dict[str, OtherThreads] | None = None
 
 
 def step_scheds(thread_sched_ns: list[tuple[int, int, int]], process_cpu_ns: list[tuple[int, int]],
-                thread_runs: list[tuple[int, int]]) -> list[StepSched]:
+                thread_runs: list[tuple[int, int]], other_threads_ns: Iterable[tuple[int, int, int, int]] = (),
+                named_threads_ns: dict[str, list[tuple[int, int, int, int]]] | None = None) -> list[StepSched]:
     """A rank file's per-step schedstat records (``collect.hooks.thread_sched``: (step, thread CPU ns, run-queue wait
-    ns), (step, process CPU ns), (step, times the thread got a core)) as ``StepSched``s, us."""
+    ns), (step, process CPU ns), (step, times the thread got a core), (step, the other threads' CPU ns, wait ns, runs),
+    name -> the same per thread name) as ``StepSched``s, us."""
     process, runs = dict(process_cpu_ns), dict(thread_runs)
-    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s)) for s, c, w in thread_sched_ns]
+    others = {s: OtherThreads(c / 1e3, w / 1e3, n) for s, c, w, n in other_threads_ns}
+    named: dict[int, dict[str, OtherThreads]] = {}
+    for name, rows in (named_threads_ns or {}).items():
+        for s, c, w, n in rows:
+            named.setdefault(s, {})[name] = OtherThreads(c / 1e3, w / 1e3, n)
+    return [StepSched(s, c / 1e3, w / 1e3, None if s not in process else process[s] / 1e3, runs.get(s), others.get(s),
+                      None if named_threads_ns is None or s not in others else named.get(s, {}))
+            for s, c, w in thread_sched_ns]
 
 
 def split_at_window(sched: list[StepSched], profiled: Container[int]) -> tuple[list[StepSched], list[StepSched]]:

@@ -261,7 +261,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
-    train_thread, unprofiled_train_thread = split_at_window(step_scheds(f.thread_sched_ns, f.process_cpu_ns, f.thread_runs), profiled)
+    train_thread, unprofiled_train_thread = split_at_window(step_scheds(f.thread_sched_ns, f.process_cpu_ns, f.thread_runs, f.other_threads_ns), profiled)
     meta = RankMeta(
         format=RANK_FORMAT,
         pid=f.pid,

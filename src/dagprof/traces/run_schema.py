@@ -318,6 +318,8 @@ class RankFile(msgspec.Struct, kw_only=True):
     thread_sched_ns: list[tuple[Count, Count, Count]] = []
     process_cpu_ns: list[tuple[Count, Count]] = []  # (step, the process's CPU ns, all threads) beside each of those ([]: older files)
     thread_runs: list[tuple[Count, Count]] = []  # (step, times that thread got a core: schedstat's third field) beside them ([]: older files)
+    # (step, CPU ns, run-queue wait ns, runs) of the process's other threads together (gloo's, Kineto's) beside them ([]: older files)
+    other_threads_ns: list[tuple[Count, Count, Count, Count]] = []
 
 
 class StepPart(msgspec.Struct, kw_only=True):
@@ -337,6 +339,7 @@ class StepPart(msgspec.Struct, kw_only=True):
     thread_sched_ns: list[tuple[Count, Count, Count]] = []  # steps since the previous part, as ``RankFile.thread_sched_ns``
     process_cpu_ns: list[tuple[Count, Count]] = []  # the same steps', as ``RankFile.process_cpu_ns``
     thread_runs: list[tuple[Count, Count]] = []  # the same steps', as ``RankFile.thread_runs``
+    other_threads_ns: list[tuple[Count, Count, Count, Count]] = []  # the same steps', as ``RankFile.other_threads_ns``
 
 
 class Ended(msgspec.Struct, kw_only=True):

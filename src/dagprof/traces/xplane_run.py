@@ -76,6 +76,9 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     thread_sched_ns: list[tuple[Count, Count, Count]] = []
     process_cpu_ns: list[tuple[Count, Count]] = []
     thread_runs: list[tuple[Count, Count]] = []
+    other_threads_ns: list[tuple[Count, Count, Count, Count]] = []  # the process's other threads (files before 2026-12-06 lack it)
+    # the same per thread name (``ThreadSched.named``; None: files before 2026-12-06 10:00 UTC lack it)
+    named_threads_ns: dict[str, list[tuple[Count, Count, Count, Count]]] | None = None
 
     @property
     def sizes(self) -> CollectiveSizes:
@@ -136,7 +139,8 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         trace.meta.cpu_set = checked_cpu_set(info.cpu_set, info.cpus, rpath)
         trace.meta.scheduler_tick_us = 1e6 / info.kernel_hz if info.kernel_hz else None
         trace.meta.train_thread, trace.meta.unprofiled_train_thread = split_at_window(
-            step_scheds(info.thread_sched_ns, info.process_cpu_ns, info.thread_runs), info.step_times_us)
+            step_scheds(info.thread_sched_ns, info.process_cpu_ns, info.thread_runs, info.other_threads_ns, info.named_threads_ns),
+            info.step_times_us)
         warnings += info.warnings
         ranks.append(trace)
     if not ranks:

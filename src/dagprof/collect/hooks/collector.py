@@ -602,6 +602,7 @@ class Collector:
             layer_autograd_nodes=dict(self.saved.most_nodes) if all(p.device.type == "cpu" for p, _ in self._params) else {},
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process, thread_runs=self.sched.runs,
+            other_threads_ns=self.sched.others,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=zero,
         )
         write_rank_file(self.out_dir, doc)
@@ -620,6 +621,7 @@ class Collector:
             steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
             layer_frozen_bytes=dict(self._frozen_bytes), bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
             thread_sched_ns=list(self.sched.steps), process_cpu_ns=list(self.sched.process), thread_runs=list(self.sched.runs),
+            other_threads_ns=list(self.sched.others),
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
@@ -636,7 +638,7 @@ class Collector:
             bucket_layout=self._buckets.layouts[-1] if len(self._buckets.layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
             thread_sched_ns=self.sched.steps[done.sched:], process_cpu_ns=self.sched.process[done.sched:],
-            thread_runs=self.sched.runs[done.sched:],
+            thread_runs=self.sched.runs[done.sched:], other_threads_ns=self.sched.others[done.sched:],
         )
         append_step_part(self.out_dir, part)
         if grad:

@@ -15,6 +15,17 @@ clock (every thread: Kineto's, gloo's) is read beside the thread's; a read costs
 third field, how many times the thread got a core, is kept too: the run-queue wait over it is what one wake-up of a thread
 waited for a core on these cores at this load (a DDP profile's, priced on each blocking collective of the job under FSDP
 where none of its waits blocked: ``passes.data_parallel.wake_up``).
+
+The process's other threads (gloo's, Kineto's, a pool's) are summed the same way (``others``: CPU, run-queue wait, runs):
+gloo's threads wake once or more per ring step of every collective, and on more ranks than cores each wake-up waits for
+a core (``passes.comm_cpu``'s price of those waits). The task list is re-read at each step's begin (a listing and an
+``open`` per new thread); each thread's file stays open, one ``pread`` per thread and boundary. A thread born within a
+step counts from the next one; one that ended within a step (its file no longer reads) loses that step's part.
+
+``by_name`` (the TF/JAX window's) also keeps them per thread name (``/proc/self/task/TID/comm``, read once per thread; the
+kernel keeps 15 characters): TF names its pools' threads (``tf_Compute``, the inter-op pool whose threads run the ops,
+``collective_ops``, gRPC's), as xplane names its lines, so a reader tells the lanes' threads' CPU from the rest's
+(``passes.comm_cpu.rank_cpu``). xplane's line ids are not thread ids (TF hashes them), so names are what joins the two.
 """
 from __future__ import annotations
 
@@ -25,15 +36,24 @@ import time
 
 class ThreadSched:
     """Per step ``(step, CPU ns, run-queue wait ns)`` of the thread that opened it (``steps``), ``(step, CPU ns)`` of its
-    process (``process``) and ``(step, times the thread got a core)`` (``runs``)."""
+    process (``process``), ``(step, times the thread got a core)`` (``runs``) and ``(step, CPU ns, run-queue wait ns,
+    runs)`` of the process's other threads together (``others``); with ``by_name``, the same per thread name
+    (``named``: name -> [(step, CPU ns, run-queue wait ns, runs)], a step where the name's threads neither ran nor waited
+    left out)."""
 
-    def __init__(self) -> None:
+    def __init__(self, by_name: bool = False) -> None:
         self.steps: list[tuple[int, int, int]] = []
         self.process: list[tuple[int, int]] = []
         self.runs: list[tuple[int, int]] = []
+        self.others: list[tuple[int, int, int, int]] = []
         self._fd: int | None = None
         self._tid = 0
         self._begin: tuple[int, int, int, int] | None = None
+        self._other_fds: dict[int, int] = {}  # tid -> its open schedstat
+        self._other_begin: dict[int, tuple[int, int, int]] = {}
+        self.by_name = by_name
+        self.named: dict[str, list[tuple[int, int, int, int]]] = {}
+        self._names: dict[int, str] = {}  # tid -> its name (``by_name``)
 
     def open(self) -> None:
         """Watch the calling thread (the one that marks the steps); nothing where the kernel has no schedstat."""
@@ -47,6 +67,9 @@ class ThreadSched:
 
     def begin(self) -> None:
         self._begin = self._read()
+        if self._begin is not None:
+            self._list_others()
+            self._other_begin = self._read_others()
 
     def end(self, step: int) -> None:
         now, begin, self._begin = self._read(), self._begin, None
@@ -54,11 +77,62 @@ class ThreadSched:
             self.steps.append((step, now[0] - begin[0], now[1] - begin[1]))
             self.process.append((step, now[2] - begin[2]))
             self.runs.append((step, now[3] - begin[3]))
+            ends, starts = self._read_others(), self._other_begin
+            d = [sum(e[i] - starts[t][i] for t, e in ends.items() if t in starts) for i in range(3)]
+            self.others.append((step, d[0], d[1], d[2]))
+            if self.by_name:
+                self._by_name(step, ends, starts)
+
+    def _by_name(self, step: int, ends: dict[int, tuple[int, int, int]], starts: dict[int, tuple[int, int, int]]) -> None:
+        sums: dict[str, list[int]] = {}
+        for t, e in ends.items():
+            if t in starts:
+                acc = sums.setdefault(self._names.get(t, ""), [0, 0, 0])
+                for i in range(3):
+                    acc[i] += e[i] - starts[t][i]
+        for name, (cpu, wait, runs) in sums.items():
+            if cpu or wait or runs:
+                self.named.setdefault(name, []).append((step, cpu, wait, runs))
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        for fd in self._other_fds.values():
+            os.close(fd)
+        self._other_fds.clear()
+        self._other_begin = {}
+        self._names.clear()
+
+    def _list_others(self) -> None:
+        """Open the schedstat of each thread of the process not yet open (not the watched one); close those gone."""
+        try:
+            tids = {int(t) for t in os.listdir("/proc/self/task")} - {self._tid}
+        except OSError:
+            return
+        for t in set(self._other_fds) - tids:
+            os.close(self._other_fds.pop(t))
+            self._names.pop(t, None)
+        for t in tids - set(self._other_fds):
+            try:
+                self._other_fds[t] = os.open(f"/proc/self/task/{t}/schedstat", os.O_RDONLY)
+                if self.by_name:
+                    with open(f"/proc/self/task/{t}/comm", "rb") as f:
+                        self._names[t] = f.read().decode("utf-8", "replace").strip()
+            except OSError:
+                pass
+
+    def _read_others(self) -> dict[int, tuple[int, int, int]]:
+        """Each open other thread's (CPU ns, run-queue wait ns, runs); a thread whose file no longer reads is dropped."""
+        out = {}
+        for t, fd in list(self._other_fds.items()):
+            try:
+                f = os.pread(fd, 128, 0).split()
+                out[t] = (int(f[0]), int(f[1]), int(f[2]))
+            except (OSError, IndexError, ValueError):
+                os.close(self._other_fds.pop(t))
+                self._names.pop(t, None)
+        return out
 
     def _read(self) -> tuple[int, int, int, int] | None:
         if self._fd is None or threading.get_native_id() != self._tid:

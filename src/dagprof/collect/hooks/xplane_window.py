@@ -151,7 +151,8 @@ class StepWindow:
         self.unprofiled_ns: dict[int, int] = {}
         # every step's CPU of the thread marking them, its waits for a core and its process's CPU (every thread: TF's pools,
         # its collective executor, gRPC), as the torch collector records them: what ranks sharing cores ask of them
-        self.sched = ThreadSched()
+        # and per thread name (TF's ``tf_Compute`` pool runs the ops, its lanes): the lanes' CPU apart from the rest's
+        self.sched = ThreadSched(by_name=True)
         self._watching = False
         self._t0: int | None = None
         self._t0_profiled = False
@@ -313,7 +314,8 @@ class StepWindow:
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
             "cpu_set": cpu_sets.this_process(),
         }
-        info |= {"thread_sched_ns": self.sched.steps, "process_cpu_ns": self.sched.process, "thread_runs": self.sched.runs}
+        info |= {"thread_sched_ns": self.sched.steps, "process_cpu_ns": self.sched.process, "thread_runs": self.sched.runs,
+                 "other_threads_ns": self.sched.others, "named_threads_ns": self.sched.named}
         info.update(self.sizes.to_rank_file())
         if self.embedding_grad_bytes:
             info["embedding_grad_bytes"] = int(self.embedding_grad_bytes)

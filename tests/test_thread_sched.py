@@ -1,0 +1,96 @@
+"""``collect.hooks.thread_sched.ThreadSched``: the process's other threads' CPU, waits and runs per step, read live."""
+from __future__ import annotations
+
+import threading
+import time
+
+from dagprof.collect.hooks.thread_sched import ThreadSched
+from dagprof.traces.meta import step_scheds
+
+WORK_NS = 20_000_000
+
+
+def _worker(go: threading.Event, done: threading.Event, leave: threading.Event) -> None:
+    go.wait()
+    t0 = time.thread_time_ns()
+    while time.thread_time_ns() - t0 < WORK_NS:  # its own CPU, however loaded the cores
+        pass
+    done.set()
+    leave.wait()  # alive at the step's end: a thread that ended within a step loses its part
+
+
+def test_another_threads_cpu_and_runs_within_a_step_are_counted_as_others():
+    go, done, leave = threading.Event(), threading.Event(), threading.Event()
+    worker = threading.Thread(target=_worker, args=(go, done, leave))
+    worker.start()
+    sched = ThreadSched()
+    sched.open()
+    try:
+        sched.begin()
+        go.set()
+        done.wait()
+        time.sleep(0.01)  # the worker blocks in ``leave.wait``: switched out, its schedstat is current
+        sched.end(3)
+    finally:
+        leave.set()
+        worker.join()
+        sched.close()
+    assert [s for s, *_ in sched.others] == [3] == [s for s, *_ in sched.steps]
+    _, cpu, wait, runs = sched.others[0]
+    assert cpu >= WORK_NS and wait >= 0 and runs >= 1
+    (x,) = step_scheds(sched.steps, sched.process, sched.runs, sched.others)
+    assert x.others is not None and x.others.cpu_us == cpu / 1e3 and x.others.runs == runs
+
+
+def test_a_step_begun_on_another_thread_records_nothing_and_old_records_load_without_others():
+    sched = ThreadSched()
+    sched.open()
+    t = threading.Thread(target=sched.begin)
+    t.start()
+    t.join()
+    sched.end(0)
+    sched.close()
+    assert sched.others == [] == sched.steps
+    (x,) = step_scheds([(0, 1000, 0)], [(0, 2000)], [(0, 1)])
+    assert x.others is None
+
+
+def _named_worker(name: str, named: threading.Event, go: threading.Event, done: threading.Event, leave: threading.Event) -> None:
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:  # as TF names its pools' threads
+        f.write(name)
+    named.set()
+    _worker(go, done, leave)
+
+
+def test_by_name_keeps_each_thread_names_cpu_apart_and_the_names_sum_to_the_others():
+    """TF's window (``by_name``) keeps the other threads' CPU per thread name, the kernel's 15 characters of it, so a reader
+    tells the pools' lanes' threads (``tf_Compute``) from the rest; the names' parts sum to ``others``."""
+    named, go, done, leave = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    worker = threading.Thread(target=_named_worker, args=("dp_pool_worker_long", named, go, done, leave))
+    worker.start()
+    named.wait()
+    sched, plain = ThreadSched(by_name=True), ThreadSched()
+    sched.open()
+    plain.open()
+    try:
+        sched.begin()
+        plain.begin()
+        go.set()
+        done.wait()
+        time.sleep(0.01)
+        sched.end(3)
+        plain.end(3)
+    finally:
+        leave.set()
+        worker.join()
+        sched.close()
+        plain.close()
+    assert plain.named == {} and "dp_pool_worker_long" not in sched.named
+    ((step, cpu, wait, runs),) = sched.named["dp_pool_worker_"]
+    assert step == 3 and cpu >= WORK_NS and runs >= 1
+    (_, others_cpu, others_wait, others_runs), = sched.others
+    assert [sum(r[i] for rows in sched.named.values() for r in rows) for i in (1, 2, 3)] == [others_cpu, others_wait, others_runs]
+    (x,) = step_scheds(sched.steps, sched.process, sched.runs, sched.others, sched.named)
+    assert x.named is not None and x.named["dp_pool_worker_"].cpu_us == cpu / 1e3
+    (y,) = step_scheds(sched.steps, sched.process, sched.runs, sched.others)
+    assert y.named is None  # not recorded by name (torch ranks, older TF files)
