@@ -13,7 +13,9 @@ table, with the 90 % interval ``whatif`` gives (lo-hi, the median round's) and w
 Beside it, the change error: each round's predicted change over the profiled setup's prediction against the measured change
 over the profiled setup's job (``(p / p0) / (m / m0) - 1``), the what-if's own error with the level the profile ran at
 (the profile against that round's unprofiled job) taken out; DDP -> FSDP's is over the DDP profile's own prediction and
-the DDP job.
+the DDP job. Each profile's level follows the table (``profile_level``): its window against its own job's steps after it
+(what ``whatif``'s profiler-cost correction measures) and those steps against its setup's job (the profiled job's pace,
+which the change error takes out).
 
 Not measured here: ``--latency`` (this kernel has no netem: ``collect.jobs.netns``) and ``--prefetch`` (refused for FSDP
 in a line that says the depth changes nothing on CPU/gloo: ``bench/fsdp_prefetch_rounds.py`` measures that).
@@ -129,13 +131,46 @@ def whatif(run: str, args: tuple[str, ...]) -> dict:
         doc = whatif_json(run, *args, src=os.path.join(os.path.dirname(HERE), "src"))
     except Refused as e:
         raise SystemExit(f"whatif {run} {' '.join(args)}: {e}") from None
-    return doc["scenarios"][0] | {"model_error_pct": doc["model_error_pct"]}
+    return doc["scenarios"][0] | {"model_error_pct": doc["model_error_pct"], "profiler_cost": doc["profiler_cost"]["text"]}
 
 
-def measured_steps(log_dir: str) -> list[float]:
-    """Rank 0's step times after warm-up, ms."""
+def measured_steps(log_dir: str, first: int = WARMUP) -> list[float]:
+    """Rank 0's step times from step ``first`` on (after warm-up), ms."""
     with open(os.path.join(log_dir, "times.json")) as f:
-        return [t * 1e3 for t in json.load(f)[WARMUP:]]
+        return [t * 1e3 for t in json.load(f)[first:]]
+
+
+@dataclass(frozen=True)
+class Level:
+    """A round's profile against its own setup's unprofiled job, rank 0's median steps (ms, the table's statistic): its
+    window, the same job's unprofiled steps after it, and the separate job. The profiled setup's error is ``in_run`` x
+    ``level``: the first is what ``whatif``'s profiler-cost correction measures (and removes where it stands out of the
+    noise, ``cost``), the second the whole profiled job's pace against the job measured a minute later, which no profile
+    holds (docs/evidence.md, branch fsdplevel)."""
+
+    window_ms: float
+    after_ms: float
+    job_ms: float
+    cost: str  # whatif's profiler_cost text: what was corrected, or why not
+
+    @property
+    def in_run_pct(self) -> float:
+        return 100 * (self.window_ms / self.after_ms - 1)
+
+    @property
+    def level_pct(self) -> float:
+        return 100 * (self.after_ms / self.job_ms - 1)
+
+
+def profile_level(round_dir: str, profile: str, cost: str) -> Level:
+    """``Level`` of the round's ``profile`` (``PROFILES``): the window the profile asked for (its manifest) in rank 0's
+    times of the profiled job, the steps after it, and its setup's unprofiled job."""
+    from dagprof.traces.dagprof_run import read_manifest
+
+    first, stop = read_manifest(os.path.join(round_dir, profile)).steps_requested
+    steps = measured_steps(os.path.join(round_dir, f"{profile}-log"), 0)
+    job_ms = statistics.median(measured_steps(os.path.join(round_dir, job_key(tuple(PROFILES[profile]), 2, "1Gbit"))))
+    return Level(statistics.median(steps[first:stop]), statistics.median(steps[stop:]), job_ms, cost)
 
 
 def offline12(keep: str, cores: int | None = None) -> list[float]:
@@ -146,11 +181,14 @@ def offline12(keep: str, cores: int | None = None) -> list[float]:
     # per round, (measured median, predicted median, lo, hi) of each cell and of each profile's own setup (the change's reference)
     rows: dict[str, list[tuple[float, float, float, float]]] = {c.label: [] for c in table}
     refs: dict[str, list[tuple[float, float]]] = {w: [] for w in PROFILES}
+    levels: dict[str, list[Level]] = {w: [] for w in PROFILES}
     for r in rounds:
         def median_step(flags: tuple[str, ...], ranks: int = 2, link: str = "1Gbit") -> float:
             return statistics.median(measured_steps(os.path.join(keep, r, job_key(flags, ranks, link))))
         for w in PROFILES:
-            refs[w].append((median_step(tuple(PROFILES[w])), whatif(os.path.join(keep, r, w), ())["predicted_median_ms"]))
+            own = whatif(os.path.join(keep, r, w), ())
+            refs[w].append((median_step(tuple(PROFILES[w])), own["predicted_median_ms"]))
+            levels[w].append(profile_level(os.path.join(keep, r), w, own["profiler_cost"]))
         for c in table:
             p = whatif(os.path.join(keep, r, c.profile), c.args)
             rows[c.label].append((median_step(c.flags, c.ranks, c.link), p["predicted_median_ms"], p["lo_ms"], p["hi_ms"]))
@@ -173,6 +211,12 @@ def offline12(keep: str, cores: int | None = None) -> list[float]:
     a = sorted(map(abs, errors[1:]))  # the what-ifs, not the profiled setup itself
     print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each); "
           f"the profiled setup {errors[0]:+.2f} %")
+    print("each profile's level (rank 0's median steps, ms): its window / the same job's steps after it / its setup's job; "
+          "in-run (what whatif's profiler-cost correction measures) x level (the profiled job's pace against the job's)")
+    for w in PROFILES:
+        for r, lv in zip(rounds, levels[w]):
+            print(f"  {r:7s} {w:4s} {lv.window_ms:6.1f} / {lv.after_ms:6.1f} / {lv.job_ms:6.1f}: in-run {lv.in_run_pct:+5.1f} %, "
+                  f"level {lv.level_pct:+5.1f} %; {lv.cost}")
     return errors
 
 
