@@ -122,6 +122,29 @@ def test_each_calls_fixed_cost_is_stretched_by_the_slowest_ranks_waits_for_a_cor
         assert extra == pytest.approx(call * grown * len(colls))
 
 
+def test_bytes_of_a_fit_without_bandwidth_cost_gloos_measured_price_per_byte():
+    """Where the DDP profile's fit saw no bandwidth (its all-reduces' time did not grow with their size: all of it in the
+    overhead per collective, which the conversion replaces by gloo's cost per call), FSDP's bytes cost ``FSDP_HOST``'s
+    measured time per all-reduce-equivalent byte, stretched as the call's, and the note says so; a fit with bandwidth keeps
+    its own (the LM/GRU pairs of docs/evidence.md, branch ddpfsdp57: 12 of 28 DDP profiles fitted so)."""
+    from dagprof.costmodel.topology import Topology
+    from dagprof.passes.data_parallel import no_bandwidth
+    g = build_graph(read_run(DATA / "lora-clip" / "ddp-0"))
+    host, stretch = FSDP_HOST[g.meta.torch_minor], max(_stretch(g).values())
+    flat = Topology(2, 1, AlphaBeta(0.0, 0.0), AlphaBeta(0.0, 0.0), overhead_us=4000.0)
+    assert no_bandwidth(flat) and not no_bandwidth(Topology(2, 1, LINK, LINK, overhead_us=4000.0))
+    priced = ddp_to_fsdp(set_topology(g, flat))
+    link = AlphaBeta(0.0, host.us_per_byte * stretch)
+    assert [float(priced.dur[c.node]) for c in fsdp_collectives(priced)] == pytest.approx(
+        [float(x.dur[c.node]) for x in [ddp_to_fsdp(set_topology(g, dataclasses.replace(flat, intra=link, inter=link)))]
+         for c in fsdp_collectives(x)])
+    colls = np.array([c.node for c in fsdp_collectives(priced)])
+    assert host.us_per_byte > 0 and priced.dur[colls] == pytest.approx(
+        host.call_us * stretch + allreduce_equivalent_bytes(priced, colls) * host.us_per_byte * stretch)
+    assert "showed no bandwidth" in host_note(set_topology(g, flat)) and "showed no bandwidth" not in host_note(
+        set_topology(g, Topology(2, 1, LINK, LINK, overhead_us=4000.0)))
+
+
 def _torch(g, version):
     return g.replace(meta=g.meta.replace(torch=version))
 

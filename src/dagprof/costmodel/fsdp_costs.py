@@ -71,13 +71,13 @@ class StepFits(NamedTuple):
 # torch version (major.minor) -> (plain, DTensor) fits of AdamW's step in CPU time, 2 gloo ranks: bench/dtensor_optimizer.py
 # under the lock, not fitted to any job. Without a calibrate --fsdp file, a DDP profile prices FSDP2's step as its own step
 # times their ratio at the job's tensors and bytes (the profile's step holds its machine's speed and load's waits, the ratio
-# what DTensor adds per op); a version not here is not priced and says so. torch 2.13 (2026-12-05 07:46-07:47, load 2.6-3.7,
-# two runs of 3 rounds pooled; each run's own fits gave 8.26 / 8.44x at 31 tensors of 377 KiB): DTensor 527 us a tensor
-# (13.6-19.2 ms for 32 of 4 KiB), plain 37. The same bench on 2026-12-06 08:01-08:06 (load 4.5-6.7, two runs pooled) gave DTensor
-# 165 us a tensor + 0.0008 per shard byte, plain 22 + 0.0011 (the ResNet's FSDP2 jobs stepped 183-187 a tensor, medians; the convnet's 166-362
-# us): priced so, the convnet's pairs moved toward their jobs, the LM/GRU ones away (their steps cost more per byte
-# than either fit): not kept (docs/evidence.md, branch ddpfsdpconv).
-DTENSOR_STEP = {"2.13": StepFits(StepFit(37.15, 0.002163), StepFit(526.8, 0.001192))}
+# what DTensor adds per op); a version not here is not priced and says so. torch 2.13: three runs of 3 rounds pooled
+# (2026-12-06 08:01-08:06 at load 4.5-6.7 and 09:23 alone under the lock at load 2.9; each run's own DTensor fit 161 / 170 /
+# 210 us a tensor, 0.00078 / 0.00082 / 0.00074 per shard byte): DTensor 180 us a tensor + 0.00078 per shard byte, plain 24 +
+# 0.00103 (the convnet's and ResNet's FSDP2 jobs stepped 166-362 and 183-187 us a tensor). The 2026-12-05 runs (07:46-07:47,
+# load 2.6-3.7) had given DTensor 527 us a tensor, plain 37: 2.1x the convnet's own step, a price that had covered the LM/GRU
+# pairs' unpriced bytes (``passes.data_parallel.no_bandwidth``; docs/evidence.md, branches ddpfsdpconv and ddpfsdp57).
+DTENSOR_STEP = {"2.13": StepFits(StepFit(23.70, 0.0010269), StepFit(180.23, 0.00078163))}
 
 
 def dtensor_step_ratio(torch_minor: str, tensors: int, nbytes: float, world: int) -> float | None:
@@ -114,7 +114,9 @@ class FsdpHost:
     ``release_us`` + ``release_us_per_byte`` per gathered byte: how much later than the first rank gloo's all-gather
     releases the other where the ranks compute between their calls, as a job does, beyond the release ``call_us`` holds
     (timed from a barrier); which rank alternates (``bench/fsdp_release.py``). A DDP profile's link, fitted where its
-    first rank saw each all-reduce done, holds none of it."""
+    first rank saw each all-reduce done, holds none of it. ``us_per_byte``: what gloo's calls cost per all-reduce-equivalent
+    byte beyond ``call_us`` (the slope of the all-gathers' means over 4 KiB-1 MiB), the price of FSDP's bytes where the DDP
+    profile's collectives showed no bandwidth (``passes.data_parallel.no_bandwidth``)."""
 
     forward: UnitHostFit
     backward: UnitHostFit
@@ -122,6 +124,7 @@ class FsdpHost:
     scatter_us: float = 0.0
     release_us: float = 0.0
     release_us_per_byte: float = 0.0
+    us_per_byte: float = 0.0
 
 
 # torch version (major.minor) -> FSDP2's host work (``FsdpHost``): measured under the lock held alone, 2 gloo ranks, not fitted to
@@ -147,9 +150,13 @@ class FsdpHost:
 # not the compute beyond 2 ms nor the bytes: across 63 kept DDP/FSDP pairs the FSDP2 jobs' mean release was 0.20 ms + 3.5 ms x
 # (their own stretch - 1) (Pearson +0.84; bench/fsdp_fresh/release_load.py), and no load the DDP profile records tracks it (its
 # stretch: Spearman -0.08). So the quiet price stays: the 47 jobs at a stretch below 1.1 released a median 0.34 ms a call.
+# The cost per byte beyond the call's: the all-gathers' means of the same bench, 4 KiB-1 MiB, one line through the three
+# runs kept (2026-12-05 20:27 and 20:45 as above, and 21:14 at load 1.7 in q52's hold): 1.863 ns per all-reduce-equivalent
+# byte (each run's own 1.91 / 1.79 / 1.88; their medians' 1.23 / 1.50 / 1.93); the reduce-scatters' lines lose it in their
+# tail (-0.04 to +1.16), so the all-gathers' for both kinds, as the link model prices both by their all-reduce equivalent.
 FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
                                                    (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2,
-                                                   0.314e3 - 0.110e3, 0.159e3 / 2**20)}
+                                                   0.314e3 - 0.110e3, 0.159e3 / 2**20, 1.863e-3)}
 
 
 @dataclass(frozen=True)

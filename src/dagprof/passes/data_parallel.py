@@ -20,8 +20,8 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
 - the optimizer updates this rank's shards only, on DTensors: the profiled step times DTensor's ratio to a plain step,
   measured per torch version by ``bench/dtensor_optimizer.py`` (``costmodel.fsdp_costs.DTENSOR_STEP``: AdamW at the job's
-  tensors and bytes; DTensor's dispatch per op about 14x a plain op's at torch 2.13, so a model of small tensors steps
-  several times DDP's step, not 1/N of it: the held-out ResNet's FSDP2 jobs 7-20x, priced 8.3x); a version not measured:
+  tensors and bytes; DTensor's dispatch per op about 7.6x a plain op's at torch 2.13, so a model of small tensors steps
+  several times DDP's step, not 1/N of it: the held-out ResNet's FSDP2 jobs 7-20x, priced 5.1x); a version not measured:
   1/N of the profiled time, said in the note (``dtensor_note``);
 - FSDP2's hooks around each unit (pre/post-forward and backward, the all-gather's and the reduce-scatter's copy-ins, the
   gradients' views, the reshard frees), host work no DDP profile ran: an ``fsdp hooks`` node before the unit's forward
@@ -50,7 +50,11 @@ kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fix
 ``FSDP_HOST`` has it for the torch version (an all-gather's mean, 0.55 ms at 2.13, hand-offs between threads: stretched
 as the hooks, at the slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead
 per collective: fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the
-held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.48 ms
+held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Where that fit saw no bandwidth (its all-reduces'
+durations did not grow with their size: all of their time in the overhead, ``no_bandwidth``), FSDP's bytes cost gloo's
+measured time per byte beyond a call's (``FsdpHost.us_per_byte``, stretched alike), not nothing: 12 of the 28 kept LM/GRU
+DDP profiles (two buckets a step) fitted so, and their conversions had priced each 0.8 MiB reduce-scatter 0.58 ms where
+their FSDP2 jobs took 1.5-2.7 (a DTensor step priced 2.1x the jobs' own had covered it). Gloo's reduce-scatter costs more per call (1.48 ms
 at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
 reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
 Gloo's all-gather also releases one rank after the other, where the ranks compute between their calls 0.20 ms more than
@@ -64,7 +68,8 @@ Nor does the interval carry more (``search.whatif``; ``conversion_note`` says th
 95 kept FSDP2 jobs' median unprofiled steps, 41 of the 48 it was examined on; each all-gather's later rank released, at the
 high end, a scheduler slice (3 ms) times the share of the DDP profile's busiest step spent waiting for a core, at the low end
 not at all, took in one more of those 48 (width 68 -> 79 % of the point; 33 -> 36 of the other 47, 60 -> 70 %): not kept
-(docs/evidence.md, branch fsdpiv).
+(docs/evidence.md, branch fsdpiv). With the DTensor step re-measured and the bytes of a fit without bandwidth priced
+(branch ddpfsdp57) it held 81 of the 95 (43 of those 48, 38 of the other 47).
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
@@ -138,7 +143,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, optimizer_ratio
+from ..costmodel.topology import Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph, GraphBuilder
@@ -196,9 +203,9 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "releases it a scheduler slice late follows the FSDP job's own load at its moment (beside another job the release came out "
         "2.5-12x later; bench/fsdp_release.py), which a DDP profile does not record, nor a reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model); the interval (the replayed steps, the link fit, the level the "
-        "point stands on, the shared cores' bounds) held 74 of 95 kept FSDP2 jobs' median unprofiled steps (median width 65 % of "
-        "the point; bench/fsdp_fresh/judge_pairs.py): 9 ran below its low end, 12 above its high end (those jobs' later ranks "
-        "released a median 0.85 ms a call, the jobs' inside 0.36), so FSDP may run slower than its high end on a machine busier "
+        "point stands on, the shared cores' bounds) held 81 of 95 kept FSDP2 jobs' median unprofiled steps (median width 71 % of "
+        "the point; bench/fsdp_fresh/judge_pairs.py): 4 ran below its low end, 10 above its high end (those jobs' later ranks "
+        "released a median 0.88 ms a call, the jobs' inside 0.35), so FSDP may run slower than its high end on a machine busier "
         "than when profiled; with FSDP2's hooks and each call's fixed cost "
         "priced too, 30 quiet held-out pairs (DDP and FSDP2 jobs profiled one after the other, 2 gloo ranks, load 1.9-5.6; "
         "bench/fsdp_fresh/judge_pairs.py) were predicted -50 to +102 % off the FSDP job's step, median miss 14 %, 12 within 8 % (an "
@@ -240,7 +247,10 @@ def host_note(g: Graph) -> str:
             "return 4 ms late, bench/fsdp_call_sizes.py)"
             + (f", and each all-gather's later rank {host.release_us / 1e3:.2f} ms + {host.release_us_per_byte * 2**20 / 1e3:.2f} ms "
                "per MiB gathered after the other (bench/fsdp_release.py, quiet, compute between the calls; which rank alternates)"
-               if host.release_us or host.release_us_per_byte else "") + "; ")
+               if host.release_us or host.release_us_per_byte else "")
+            + (f"; the profile's all-reduces showed no bandwidth (their time did not grow with their size), so FSDP's bytes at gloo's "
+               f"measured {host.us_per_byte * 1e3:.2f} ns per all-reduce-equivalent byte (bench/fsdp_call_sizes.py), stretched as the call"
+               if host.us_per_byte and no_bandwidth(current_topology(g)) else "") + "; ")
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -544,7 +554,22 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # Where it kept every instance's time in its bandwidth (two gloo lanes: total time over bytes), the load is in the
         # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
         topo = dataclasses.replace(topo, overhead_us=host.call_us * call_load)
+        if no_bandwidth(topo):
+            # the fit put every DDP all-reduce's time in that overhead, just replaced: FSDP's bytes at gloo's measured cost per
+            # byte, stretched as the call's (the load sat in the overhead with the rest)
+            link = AlphaBeta(0.0, host.us_per_byte * call_load)
+            topo = dataclasses.replace(topo, intra=link, inter=link)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def no_bandwidth(topo: Topology) -> bool:
+    """The DDP profile's link fit saw no bandwidth (``passes.link_fit.fit_link``: its all-reduces' durations did not grow
+    with their size, all latency): without the fitted overhead, which the DDP -> FSDP conversion replaces by gloo's cost per
+    call (``FSDP_HOST``), its collectives' bytes would cost nothing. DDP's few buckets of two sizes a step, overlapping a
+    loaded backward, gave 12 of the 28 kept LM/GRU DDP profiles such a fit (their 8 all-reduces 0.04-11.9 ms at 1 and 3
+    MiB), 1 of the 67 other pairs': there the conversion priced each 0.8 MiB reduce-scatter 0.58 ms where their FSDP2 jobs
+    took 1.5-2.7 (docs/evidence.md, branch ddpfsdp57)."""
+    return not topo.kinds and topo.intra.beta_us_per_byte == 0 and topo.inter.beta_us_per_byte == 0
 
 
 def _call_load(g: Graph, stretch: dict[int, float]) -> float:
