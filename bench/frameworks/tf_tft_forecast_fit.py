@@ -3,13 +3,14 @@ covariate, gated residual networks, an LSTM encoder started from the static cont
 over its outputs, a quantile head) predicting the next ``HORIZON`` values of synthetic daily sales at 3 quantiles with
 a pinball loss, Keras ``fit`` under MultiWorkerMirroredStrategy.
 
-Habits it exercises that the other TF scripts do not: ``compile(jit_compile=...)`` (``--jit`` on: XLA compiles Keras'
-train step), a pipeline of numpy arrays (``from_tensor_slices``, ``shuffle``, ``repeat``, ``batch``,
-``prefetch(AUTOTUNE)``) left to TF's default auto-sharding, callbacks a forecaster keeps (a linear warm-up by
-``LearningRateScheduler``, ``TerminateOnNaN``, a ``LambdaCallback`` logging every 5 batches), a subclassed gating layer
-(GLU + residual + ``LayerNormalization``), two named inputs fed as a dict, a custom loss function, and Adam with
-``clipnorm``. Needs tf-keras and TF_USE_LEGACY_KERAS=1. ``python tf_tft_forecast_fit.py --out RUN`` per worker,
-TF_CONFIG set.
+Habits it exercises that the other TF scripts do not: ``compile(jit_compile=...)`` (``--jit``: XLA compiles Keras' train
+step; TF 2.21 then compiles it again every step, seconds a step, and on two workers fails outright, the store
+embedding's sparse gradient all-gathered by ``CollectiveGatherV2``, which has no XLA kernel), a pipeline of numpy
+arrays (``from_tensor_slices``, ``shuffle``, ``repeat``, ``batch``, ``prefetch(AUTOTUNE)``) left to TF's default
+auto-sharding, callbacks a forecaster keeps (a linear warm-up by ``LearningRateScheduler``, ``TerminateOnNaN``, a
+``LambdaCallback`` logging every 5 batches), a subclassed gating layer (GLU + residual + ``LayerNormalization``), two
+named inputs fed as a dict, a custom loss function, and Adam with ``clipnorm``. Needs tf-keras and
+TF_USE_LEGACY_KERAS=1. ``python tf_tft_forecast_fit.py --out RUN`` per worker, TF_CONFIG set.
 """
 import argparse
 import json
