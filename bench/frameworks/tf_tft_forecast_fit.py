@@ -40,31 +40,25 @@ worker = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("inde
 class GatedResidual(tf.keras.layers.Layer):
     """TFT's gated residual network: ELU dense, dense, a GLU gate, added to the (projected) input, layer-normed."""
 
-    def __init__(self, units, **kw):
+    def __init__(self, units, project=False, **kw):
         super().__init__(**kw)
-        self.units = units
         self.fc1 = tf.keras.layers.Dense(units, activation="elu")
         self.fc2 = tf.keras.layers.Dense(units)
         self.gate = tf.keras.layers.Dense(2 * units)
         self.norm = tf.keras.layers.LayerNormalization()
-        self.skip = None
-
-    def build(self, shape):
-        if shape[-1] != self.units:
-            self.skip = tf.keras.layers.Dense(self.units)
-        super().build(shape)
+        self.skip = tf.keras.layers.Dense(units) if project else tf.keras.layers.Identity()  # the input to ``units`` wide
 
     def call(self, x):
         h = self.gate(self.fc2(self.fc1(x)))
         value, gate = tf.split(h, 2, axis=-1)
-        return self.norm((self.skip(x) if self.skip is not None else x) + value * tf.sigmoid(gate))
+        return self.norm(self.skip(x) + value * tf.sigmoid(gate))
 
 
 def build():
     store = tf.keras.Input((), dtype=tf.int32, name="store")
     past = tf.keras.Input((LOOKBACK, FEATURES), name="past")
-    static = GatedResidual(DIM, name="static_grn")(tf.keras.layers.Embedding(STORES, 16, name="store_embedding")(store))
-    x = GatedResidual(DIM, name="input_grn")(past)
+    static = GatedResidual(DIM, project=True, name="static_grn")(tf.keras.layers.Embedding(STORES, 16, name="store_embedding")(store))
+    x = GatedResidual(DIM, project=True, name="input_grn")(past)
     enc = tf.keras.layers.LSTM(DIM, return_sequences=True, name="encoder")(x, initial_state=[static, static])
     att = tf.keras.layers.MultiHeadAttention(4, DIM // 4, name="attention")(enc, enc, use_causal_mask=True)
     h = GatedResidual(DIM, name="post_attention_grn")(tf.keras.layers.Add()([enc, att]))
