@@ -124,6 +124,10 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "tf_siamese_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_dcn_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "hvd_simclr": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "tf_tft_forecast_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
+    "jax_flow_fori": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_charcnn_iter": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_vit_warmup": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
@@ -136,7 +140,8 @@ HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", 
                "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"]),
                "hvd_dlrm_dense": ("6:16", ["--steps", "20"]), "hvd_kws_amp": ("6:16", ["--steps", "20"]),
                "hvd_pointnet_frozen": ("6:16", ["--steps", "20"]), "hvd_lstm_lm": ("6:16", ["--steps", "20"]),
-               "hvd_simclr": ("6:16", ["--steps", "20"])}
+               "hvd_simclr": ("6:16", ["--steps", "20"]),
+               "hvd_vit_warmup": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),

@@ -303,6 +303,46 @@ def test_keras_validation_batches_are_not_training_steps():
     assert len(said) == 1 and "1930-1932 ms between the epochs" in said[0]
 
 
+def test_xla_compiles_inside_the_steps_are_said_once_for_the_job():
+    """``tf/tft-jit`` (``bench/frameworks/tf_tft_forecast_fit.py --jit`` on one worker: Keras ``compile(jit_compile=True)``
+    under MultiWorkerMirroredStrategy; on two, TF itself fails: its sparse gradient's ``CollectiveGatherV2`` has no XLA
+    kernel): TF compiled the train step's XLA program again in every step, 6.6 s of a 10.3 s step that runs in 36 ms
+    without XLA, and the breakdown showed it only as "another thread, before other compute op". The reader now says how
+    many profiled steps compiled and the compile time a step, in one line (ranks' figures merged: below). A window
+    without compiles says nothing."""
+    p = open_run(str(DATA / "tf" / "tft-jit"))
+    said = [w for w in p.warnings if w.startswith("XLA compiled programs inside")]
+    assert len(said) == 1 and "\n" not in said[0]
+    m = re.match(r"XLA compiled programs inside (\d+) of (\d+) profiled steps, (\d+)(?:-(\d+))? ms a step of (\d+)(?:-(\d+))? ms", said[0])
+    assert m and m.group(1) == m.group(2) == str(len(p.graph.meta.steps))
+    compile_ms, step_ms = int(m.group(4) or m.group(3)), int(m.group(6) or m.group(5))
+    assert 100 < compile_ms < step_ms  # most of the step (36 ms without XLA)
+    for name in ("loop", "fit", "seq2seq-fp16"):
+        assert not any(str(w).startswith("XLA compiled") for w in load(str(DATA / "tf" / name)).meta.warnings)
+
+
+def test_per_rank_figures_of_one_warning_are_merged_into_ranges():
+    """Every rank says an epoch's end or XLA's compiles in the same words with its own figures: one line, each figure the
+    ranks' range, written with the rank's own decimals; other warnings are left as they are."""
+    from types import SimpleNamespace
+
+    from dagprof.traces.meta import RunWarning
+    from dagprof.traces.tf_xplane import merge_epoch_gaps
+
+    def rank(*texts):
+        return SimpleNamespace(meta=SimpleNamespace(warnings=[RunWarning(t) for t in texts]))
+
+    a = rank("XLA compiled programs inside 2 of 2 profiled steps, 6587 ms a step of 10284 ms: x", "other 1")
+    b = rank("XLA compiled programs inside 2 of 2 profiled steps, 7001 ms a step of 10290 ms: x", "other 2")
+    merge_epoch_gaps([a, b])
+    assert {str(w) for t in (a, b) for w in t.meta.warnings} == {
+        "XLA compiled programs inside 2 of 2 profiled steps, 6587-7001 ms a step of 10284-10290 ms: x", "other 1", "other 2"}
+    c = rank("an epoch ends inside the window (after step 7: the step numbers restart), 1930.5 ms between the epochs")
+    d = rank("an epoch ends inside the window (after step 7: the step numbers restart), 1932.0 ms between the epochs")
+    merge_epoch_gaps([c, d])
+    assert str(c.meta.warnings[0]) == str(d.meta.warnings[0]) and "1930.5-1932.0 ms" in str(c.meta.warnings[0])
+
+
 def test_a_window_over_epochs_keeps_one_epoch_by_marker_not_by_number():
     """``tf/vae-epochs`` (bench/frameworks/tf_vae_fit.py, Keras fit, 3 steps an epoch, window 2:6): the markers of the window
     read 2 | 0 1 2 (Keras numbers each epoch's batches from 0). One marker was kept per number, the longer of the two 2s,

@@ -71,6 +71,8 @@ _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch'
 # ``while/body/_1/while/StatefulPartitionedCall/cond/then/_698/cond/adam/CollectiveReduceV2``
 _CONTROL_FLOW = re.compile(r"(?:^|(?<=/))(?:(?:cond|while)(?:_\d+)?/(?:(?:then|else|body)/_\d+/)?|(?:Stateful)?PartitionedCall(?:_\d+)?/)+")
 _VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
+# XLA's CPU compiler, outermost ranges (TF's jit_compile and JAX's jit alike); a compile's codegen threads are not counted
+_XLA_COMPILE = ("CpuCompiler::RunBackend", "CpuCompiler::RunHloPasses", "JitCompiler::Compile")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -94,20 +96,28 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     return _Reader(space, host, path, rank, world_size, grad_bytes, sizes or CollectiveSizes(), window or [], embedding_grad_bytes).build()
 
 
-_EPOCH_GAP = re.compile(r"(\d+)( ms between the epochs)")  # in the warning of an epoch's end inside the window (``_main_line``)
+_MERGED = ("an epoch ends inside the window", "XLA compiled programs inside")  # per-rank warnings said once for the job
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def merge_epoch_gaps(ranks: list[RankTrace]) -> None:
-    """Say an epoch's end inside the window once for the job: every rank sees it in the same words but its own time
-    between the epochs (12283 and 12285 ms), so each rank's warning is rewritten to their range (in place)."""
-    found = [(t, k, m) for t in ranks for k, w in enumerate(t.meta.warnings)
-             if w.what.startswith("an epoch ends inside the window") and (m := _EPOCH_GAP.search(w.what))]
-    gaps: dict[tuple[str, str], list[int]] = {}
-    for _, _, m in found:
-        gaps.setdefault((m.string[:m.start(1)], m.string[m.start(2):]), []).append(int(m.group(1)))
-    for t, k, m in found:
-        ms = gaps[(m.string[:m.start(1)], m.string[m.start(2):])]
-        t.meta.warnings[k] = RunWarning(f"{m.string[:m.start(1)]}{min(ms)}{'' if min(ms) == max(ms) else f'-{max(ms)}'}{m.string[m.start(2):]}")
+    """Say once for the job what every rank sees in the same words but its own figures (an epoch's end inside the window:
+    12283 and 12285 ms between the epochs; XLA's compiles inside the steps): each such warning (``_MERGED``) is rewritten
+    with every figure as the ranks' range (in place)."""
+    found = [(t, k, w.what) for t in ranks for k, w in enumerate(t.meta.warnings) if w.what.startswith(_MERGED)]
+    figures: dict[str, list[list[float]]] = {}
+    for _, _, what in found:
+        figures.setdefault(_NUMBER.sub("#", what), []).append([float(x) for x in _NUMBER.findall(what)])
+    for t, k, what in found:
+        spans = iter(zip(*figures[_NUMBER.sub("#", what)]))
+        t.meta.warnings[k] = RunWarning(_NUMBER.sub(lambda m: _span(m.group(0), next(spans)), what))
+
+
+def _span(text: str, values: tuple[float, ...]) -> str:
+    """A figure as the ranks' range, written as the rank's own was (its decimals): ``12283-12285``, or one value."""
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    lo, hi = (f"{v:.{decimals}f}" for v in (min(values), max(values)))
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def rank_from_path(path: str) -> int | None:
@@ -163,6 +173,7 @@ class _Reader:
         self.t1 = [t + ln.duration_ps / 1e6 for t, ln in zip(self.t0, self.lines)]
         self.markers = self.mids(_RECORD, _START, _STOP)
         self.main = self._main_line()
+        self._compiles()
         op_meta = [m for m, d in display.items() if d and names.get(m, "").endswith(":" + d)]
         async_start, done = self.mids(_ASYNC_START), self.mids(*_DONE)
         self.run_waits = self.mids(_RUN_WAIT)
@@ -253,6 +264,38 @@ class _Reader:
         self.step_num = nums.astype(np.int64)
         self.step_rows = rows
         return best
+
+    def _compiles(self) -> None:
+        """Warn where XLA compiled inside the profiled steps: the step waits for it, the replay keeps it as gaps on the
+        compiling thread (framework overhead, "another thread") and every what-if keeps it as profiled. Keras'
+        ``compile(jit_compile=True)`` under MultiWorkerMirroredStrategy compiled the train step again in every step, profiled
+        or not (2026-12-06, ``bench/frameworks/tf_tft_forecast_fit.py --jit`` on one worker: 6.6 s of a 10.3 s step, the
+        unprofiled steps 5.9-27 s, 36 ms without XLA); ``analyze`` had shown it only as "another thread, before other compute op"."""
+        mids = self.mids(*_XLA_COMPILE)
+        if not mids:
+            return
+        spans = []
+        for k, ln in enumerate(self.lines):
+            rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
+            if len(rows):
+                t0, t1 = self.t0[k][rows], self.t1[k][rows]
+                order = np.argsort(t0)
+                t0, t1 = t0[order], t1[order]
+                outer = np.r_[True, t0[1:] >= np.maximum.accumulate(t1)[:-1]]  # nested compiles counted once
+                spans.append(np.stack([t0[outer], np.maximum.accumulate(t1)[np.r_[np.flatnonzero(outer)[1:] - 1, len(t1) - 1]]], 1))
+        if not spans:
+            return
+        span = np.concatenate(spans)
+        a = np.maximum(span[:, :1], self.step_start[None, :])
+        b = np.minimum(span[:, 1:], self.step_end[None, :])
+        per_step = np.clip(b - a, 0, None).sum(0)  # compile time inside each step (threads compiling at once each count)
+        steps = int((per_step > 0).sum())
+        if steps:
+            step_ms = float((self.step_end - self.step_start).mean()) / 1e3
+            self.warnings.append(f"XLA compiled programs inside {steps} of {len(per_step)} profiled steps, {per_step.sum() / 1e3 / len(per_step):.0f} "
+                                 f"ms a step of {step_ms:.0f} ms: the replay keeps the compiles as time on the compiling thread (framework "
+                                 "overhead, another thread) and every what-if keeps them as profiled; a program compiled again each step "
+                                 "(seen with Keras' compile(jit_compile=True) under MultiWorkerMirroredStrategy) costs every step that")
 
     def _step_of(self, t: np.ndarray) -> np.ndarray:
         """The step whose marker range holds each time (-1 outside every step)."""
