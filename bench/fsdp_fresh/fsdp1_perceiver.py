@@ -9,7 +9,7 @@ Habits it exercises, as users write them (no other fresh script has them togethe
 - FSDP1's own ``model.clip_grad_norm_``, Adam with a ``CosineAnnealingLR`` after a ``LinearLR`` warmup
   (``SequentialLR``);
 - a ``TensorDataset`` behind a ``DistributedSampler`` and a ``DataLoader``, an accuracy evaluation between epochs,
-  a ``FULL_STATE_DICT`` (``rank0_only``, ``offload_to_cpu``) saved by rank 0 at the end, print on rank 0 only.
+  a ``FULL_STATE_DICT`` (``rank0_only``) saved by rank 0 at the end, print on rank 0 only.
 
     dagprof profile -o runs/perceiver -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/fsdp1_perceiver.py --steps 20
     torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/fsdp1_perceiver.py --memory /tmp/perc-mem   # each step's peak
@@ -131,6 +131,8 @@ def main() -> None:
         if rank == 0:
             print(f"epoch {epoch} accuracy {hits[0] / hits[1]:.3f}", flush=True)
         epoch += 1
+    # offload_to_cpu=True (the tutorials' habit) fails here on CPU in torch 2.13 after an evaluation: "setStorage: ... out of
+    # bounds for storage of size 0" (the parameters are on the CPU already)
     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=False, rank0_only=True)):
         state = model.state_dict()
     if rank == 0:

@@ -8,6 +8,8 @@ Habits it exercises, as users write them (no other fresh script has them togethe
 - a ``TensorDataset`` behind a ``DistributedSampler`` and a ``DataLoader``, ``set_epoch`` each epoch, an evaluation
   (masked loss under ``torch.no_grad``, all-reduced) between epochs;
 - AdamW with a warmup-then-cosine ``LambdaLR``, ``clip_grad_norm_`` on the DTensor gradients;
+- ``--units root``: ``fully_shard`` on the root only (what ``whatif --units merge:all`` predicts), for
+  ``mae_units_rounds.sh``; rank 0 prints the median training step (evaluations aside) at the end;
 - a full state dict gathered (``get_model_state_dict(full_state_dict=True, cpu_offload=True)``) and saved by rank 0 at
   the end; print on rank 0 only.
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -104,6 +108,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--epoch-steps", type=int, default=8, help="training steps an epoch (an evaluation after each)")
     p.add_argument("--encoder-reshard", choices=("on", "off"), default="on")
+    p.add_argument("--units", choices=("blocks", "root"), default="blocks", help="root: fully_shard on the root only")
     p.add_argument("--lr", type=float, default=1.5e-4)
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "mae_ckpt.pt"))
     p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
@@ -112,9 +117,9 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = MAE()
-    for blk in model.encoder:
+    for blk in model.encoder if args.units == "blocks" else ():
         fully_shard(blk, reshard_after_forward=args.encoder_reshard == "on")
-    for blk in model.decoder:
+    for blk in model.decoder if args.units == "blocks" else ():
         fully_shard(blk, reshard_after_forward=False)
     fully_shard(model)
     decay = [q for n, q in model.named_parameters() if q.ndim >= 2 and "pos" not in n and "token" not in n]
@@ -133,13 +138,17 @@ def main() -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from heap_peak import StepPeaks
     peaks = StepPeaks(args.memory, model, opt)
-    step, epoch = 0, 0
+    step, epoch, times = 0, 0, []
     while step < args.steps:
         sampler.set_epoch(epoch)
         model.train()
+        t0 = None  # steps timed start to start (the batch's loading in), not across an evaluation
         for (imgs,) in loader:
+            if t0 is not None:
+                times.append(time.perf_counter() - t0)
             if step >= args.steps:
                 break
+            t0 = time.perf_counter()
             with peaks.step():
                 loss = model(imgs, torch.rand(imgs.shape[0], model.n, generator=noise_gen))
                 loss.backward()
@@ -160,6 +169,8 @@ def main() -> None:
         if rank == 0:
             print(f"epoch {epoch} eval masked loss {total[0] / total[1]:.4f}", flush=True)
         epoch += 1
+    if rank == 0:
+        print(f"median step {statistics.median(times[3:]) * 1e3:.1f} ms ({len(times) - 3} training steps after warm-up)", flush=True)
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
         torch.save(state, args.out)
