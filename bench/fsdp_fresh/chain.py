@@ -4,7 +4,7 @@ Profiles the script twice (zero-code: ``dagprof profile -- torchrun ...``), then
 ``--template``), analyze, report, the FSDP what-ifs one by one, optimize, and diff of the two runs, each with ``--json``
 too. A line says ok, "refused: <the one line>" (exit 2, as for what is not modelled) or FAILED (a traceback, or
 ``--json`` that is not one JSON object). ``--verify`` adds ``optimize --verify`` (two interleaved rounds: minutes).
-``--changed ARGS`` profiles a third run with those script arguments (one known change) and diffs it against the first;
+``--changed=ARGS`` profiles a third run with those script arguments (one known change) and diffs it against the first;
 ``--offline`` reruns the commands on the runs kept in ``--keep``; ``--no-profile`` profiles nothing new.
 
     python bench/fsdp_fresh/chain.py gru_accum.py --ranks 2
