@@ -35,7 +35,7 @@ from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP_ROOT
+from ..traces.run_schema import FSDP1_API, FSDP_ROOT
 from ..units import KB, count
 from .comm import current_topology, retime_collectives
 from .fsdp_units import collective_nodes, without_nodes
@@ -64,6 +64,10 @@ def refuse_prefetch(g: Graph) -> None:
     if not is_fsdp_graph(g):
         return
     backend = g.meta.fsdp.backend or "gloo"
+    if backend == "gloo" and g.meta.fsdp.api == FSDP1_API:  # its knobs are others, its all-gathers block as FSDP2's
+        raise DagprofError("FSDP1's forward_prefetch / backward_prefetch issue all-gathers as FSDP2's prefetch does: on CPU/gloo "
+                           f"each blocks the thread that issues it; {PREFETCH_ON_GLOO}: the profiled step is the answer, not "
+                           "replayed", "--prefetch")
     if backend == "gloo":
         raise DagprofError(f"{PREFETCH_ON_GLOO}: the profiled step is the answer, not replayed", "--prefetch")
     raise DagprofError(f"is not modelled for FSDP on {backend} yet (its all-gathers may run beside compute there; prefetch "
