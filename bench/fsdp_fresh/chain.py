@@ -13,6 +13,9 @@ too. A line says ok, "refused: <the one line>" (exit 2, as for what is not model
     python bench/fsdp_fresh/chain.py fsdp1_encoder.py --ranks 2
     python bench/fsdp_fresh/chain.py intra_reshard.py --ranks 4 --steps 10
     python bench/fsdp_fresh/chain.py prefetch_offload.py --ranks 2 --steps 12
+    python bench/fsdp_fresh/chain.py mae_pretrain.py --ranks 2 --changed "--encoder-reshard off"
+    python bench/fsdp_fresh/chain.py hsdp_swin.py --ranks 4 --steps 16 --changed=--no-mp
+    python bench/fsdp_fresh/chain.py fsdp1_perceiver.py --ranks 2 --changed "--min-params 1000000"
 """
 from __future__ import annotations
 
