@@ -66,9 +66,8 @@ def refuse_prefetch(g: Graph) -> None:
         return
     backend = g.meta.fsdp.backend or "gloo"
     if backend == "gloo" and g.meta.fsdp.api == FSDP1_API:  # its knobs are others, its all-gathers block as FSDP2's
-        raise DagprofError("FSDP1's forward_prefetch / backward_prefetch issue all-gathers as FSDP2's prefetch does: on CPU/gloo "
-                           f"each blocks the thread that issues it; {PREFETCH_ON_GLOO}: the profiled step is the answer, not "
-                           "replayed", "--prefetch")
+        raise DagprofError(f"FSDP1's forward_prefetch / backward_prefetch issue their all-gathers as FSDP2's prefetch does; "
+                           f"{PREFETCH_ON_GLOO}: the profiled step is the answer, not replayed", "--prefetch")
     if backend == "gloo":
         raise DagprofError(f"{PREFETCH_ON_GLOO}: the profiled step is the answer, not replayed", "--prefetch")
     raise DagprofError(f"is not modelled for FSDP on {backend} yet (its all-gathers may run beside compute there; prefetch "
