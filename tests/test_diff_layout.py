@@ -25,7 +25,7 @@ def _layout_notes(a: str, b: str) -> list[str]:
 def test_reshard_dtype_and_prefetch_each_named():
     """``keep-bf16-prefetch`` is ``reshard``'s job with --no-reshard --bf16 --prefetch 1: three settings, three lines."""
     assert _layout_notes("fsdp/reshard", "fsdp/keep-bf16-prefetch") == [
-        "FSDP units kept gathered after forward differ: A none, B <root>, blocks.0, blocks.1",
+        "FSDP units kept gathered after forward differ: B only <root>, blocks.0, blocks.1",
         "FSDP all-gather dtype differs: A float32, B bfloat16",
         "FSDP all-gathers prefetched per step differ: A 2, B 1",
     ]
@@ -55,3 +55,13 @@ def test_ddp_against_fsdp_says_which_is_which(capsys):
 @pytest.mark.parametrize("run", ["fsdp/reshard", "lora/ddp-0"])
 def test_a_profile_against_itself_has_no_layout_note(run):
     assert _layout_notes(run, run) == []
+
+
+def test_kept_gathered_names_the_units_that_changed_apart_from_those_both_kept():
+    """A job of 7 units whose encoder blocks were switched: the 4 switched units, then the 3 alike, not two lists in a row."""
+    from dagprof.analysis.diff.layout import DataParallelLayout, layout_notes
+
+    a = DataParallelLayout("fsdp", units=("<root>", "enc.0", "enc.1", "dec.0"), mesh=(2,), kept_after_forward=("<root>", "dec.0", "x"))
+    b = DataParallelLayout("fsdp", units=a.units, mesh=(2,), kept_after_forward=("<root>", "enc.0", "enc.1", "dec.0"))
+    assert layout_notes(a, b, ("A", "B")) == [
+        "FSDP units kept gathered after forward differ: A only x; B only enc.0, enc.1; both <root>, dec.0"]

@@ -85,6 +85,7 @@ def test_template_averages_saving_steps_apart(opened):
 def test_said_which_steps_saved(opened):
     said = [w for w in opened.warnings if "blocking torch.distributed calls" in w]
     assert len(said) == 1 and "2 of 4 profiled steps (step 4, 6) ran 18" in said[0] and "--template averages those steps only" in said[0]
+    assert "(4 all_gather, 6 broadcast, 4 gather, 4 scatter: " in said[0]  # the kinds, as an evaluation's one all_reduce is told apart
 
 
 def test_damaged_group_refused(tmp_path):

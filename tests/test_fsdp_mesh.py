@@ -141,6 +141,14 @@ def test_the_cli_row_and_refusals(capsys):
         parse_mesh("2by2")
 
 
+@pytest.mark.parametrize("run, hint", [(FSDP4, "--data-parallel ddp answers replication\n"), (HSDP, "not from this HSDP one")])
+def test_replication_only_sends_an_hsdp_profile_nowhere_that_refuses_it(capsys, run, hint):
+    """``--mesh 4x1`` points at ``--data-parallel ddp``, which refuses an HSDP profile: there the line says so."""
+    assert main(["whatif", str(run), "--mesh", "4x1", "--no-trace", "--allow-model-error"]) == 2
+    err = capsys.readouterr().err
+    assert hint in err and len(err.strip().splitlines()) == 1
+
+
 def test_there_and_back_replays_the_profile_where_no_arrivals_were_measured():
     """1x4 -> 2x2 -> 1x4 gives the 1x4 graph's replay back where the graph holds no measured times: every wait (joins, exit
     lags) is carried, none invented, and a warning says so."""

@@ -133,6 +133,13 @@ def test_prefetch_is_answered_in_one_line_with_what_was_measured(capsys, path):
     assert "does not change a step on CPU/gloo" in err and "of 1090 ms at 200 Mbit/s" in err and "the profiled step is the answer" in err
 
 
+def test_fsdp1_prefetch_is_named_as_fsdp1_has_it(capsys):
+    """An FSDP1 job has forward_prefetch / backward_prefetch, no depth: its line names those (once "FSDP2's prefetch depth")."""
+    assert main(["whatif", str(DATA / "fsdp" / "fsdp1"), "--prefetch", "2", "--no-trace"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "FSDP1's forward_prefetch / backward_prefetch" in err and "the profiled step is the answer" in err
+
+
 def test_prefetch_on_another_backend_is_not_modelled():
     g = graph(RESHARD)
     nccl = g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(g.meta.fsdp, backend="nccl")))

@@ -8,7 +8,8 @@ line, never answered as DDP.
 ``reshard_after_forward`` (``set_reshard``): ``True`` or ``False`` is what ``fully_shard(unit, reshard_after_forward=...)``
 passed explicitly to every unit, the root included (torch 2.13 reshards a root given ``True``); ``fully_shard``'s default
 (``None``) is ``default_reshard``: lazy init keeps the root gathered after forward (its backward needs it at once),
-every other unit reshards. Off removes the backward all-gather of every unit that was
+every other unit reshards. FSDP1's root is never resharded after forward (its strategies are FULL_SHARD and
+SHARD_GRAD_OP, on and off for the other units), so ``on`` leaves it kept there. Off removes the backward all-gather of every unit that was
 resharded from the graph, as a profile of the kept setup has none: its transfer and joins, and on every rank all the
 host time the call took (``gather_host_nodes``: the enqueue, the wait and the exit lag it carries, the copy-out, and
 the unsharding path that issued it), and the forward reshard; the ranks no longer meet there. The units' flags in
@@ -35,7 +36,7 @@ from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP_ROOT
+from ..traces.run_schema import FSDP1_API, FSDP_ROOT
 from ..units import KB, count
 from .comm import current_topology, retime_collectives
 from .fsdp_units import collective_nodes, without_nodes
@@ -64,6 +65,9 @@ def refuse_prefetch(g: Graph) -> None:
     if not is_fsdp_graph(g):
         return
     backend = g.meta.fsdp.backend or "gloo"
+    if backend == "gloo" and g.meta.fsdp.api == FSDP1_API:  # its knobs are others, its all-gathers block as FSDP2's
+        raise DagprofError(f"FSDP1's forward_prefetch / backward_prefetch issue their all-gathers as FSDP2's prefetch does; "
+                           f"{PREFETCH_ON_GLOO}: the profiled step is the answer, not replayed", "--prefetch")
     if backend == "gloo":
         raise DagprofError(f"{PREFETCH_ON_GLOO}: the profiled step is the answer, not replayed", "--prefetch")
     raise DagprofError(f"is not modelled for FSDP on {backend} yet (its all-gathers may run beside compute there; prefetch "
@@ -102,6 +106,9 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     at backward's start where it was kept), or, given a mapping, each unit it names
     (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
     units = {u.name: u for u in g.meta.fsdp.units}
+    if g.meta.fsdp.api == FSDP1_API:  # FSDP1 never frees its root after forward (``_post_forward_reshard``), FULL_SHARD or not
+        on = {n: False if n == FSDP_ROOT else (on if isinstance(on, bool) else on.get(n, units[n].resharded_after_forward))
+              for n in units}
     # True on a unit given reshard_after_forward=N: its backward all-gathers would move to its whole shard group
     refuse_post_forward(g, "--reshard-after-forward on", [n for n in units if on is True or (not isinstance(on, bool) and on.get(n) is True)])
     dur, gap = g.dur.copy(), g.gap.copy()

@@ -136,10 +136,11 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
         raise DagprofError("--mesh is modelled for FSDP2 (fully_shard) profiles; FSDP1 fixes its sharding strategy at wrap time")
     if len({tuple(u.mesh) for u in g.meta.fsdp.units}) > 1:
         raise DagprofError("--mesh: this profile's units are on different meshes; not modelled")
-    if shard < 2 and replicate > 1:
-        raise DagprofError(f"--mesh {replicate}x{shard}: a shard dimension of one rank (replication only) is not modelled; "
-                           "--data-parallel ddp answers replication")
     r0, s0 = mesh_of(g)
+    if shard < 2 and replicate > 1:  # --data-parallel refuses an HSDP profile: sent there, its user met a second refusal
+        hint = ("--data-parallel ddp answers replication" if r0 == 1 else
+                "--data-parallel ddp answers replication from a plain FSDP profile (1xN), not from this HSDP one")
+        raise DagprofError(f"--mesh {replicate}x{shard}: a shard dimension of one rank (replication only) is not modelled; {hint}")
     w0, world = graph_world_size(g), replicate * shard
     if g.world_size != w0 or r0 * s0 != w0:
         raise DagprofError(f"--mesh: the graph holds {g.world_size} of {w0} ranks (mesh {r0}x{s0}); give it the unfolded profile")

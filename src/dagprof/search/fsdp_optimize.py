@@ -42,7 +42,7 @@ from ..passes.fsdp_units import merge_units, unit_groups, with_units
 from ..passes.link_fit import graph_world_size
 from ..replay import ReplayResult, replay
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT
+from ..traces.run_schema import FSDP1_API, FSDP2_API, FSDP_ROOT
 from ..units import MB
 from .evaluate import penalised
 from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak, offload_note
@@ -218,7 +218,8 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)
-    units = [u.name for u in fs.units if not u.reshard_to]  # reshard_after_forward=N: True would regroup its backward all-gathers
+    # reshard_after_forward=N: True would regroup its backward all-gathers; FSDP1's root is never freed after forward
+    units = [u.name for u in fs.units if not u.reshard_to and not (fs.api == FSDP1_API and u.name == FSDP_ROOT)]
     profiled_dtype = fs.units[0].reduce_dtype or fs.units[0].orig_dtype
     dtypes: list[str | None] = [None]
     notes = list(NOT_SEARCHED)

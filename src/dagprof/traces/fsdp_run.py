@@ -110,12 +110,14 @@ def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: lis
     save's object collectives): they are in the window's mean iteration, which a job saving every k steps takes 1 in k
     times, not as often as the window holds them."""
     for phase, what, priced in ((FULL_TENSOR, "DTensor.full_tensor gathers (a state_dict for a save?)", "all-gathers"),
-                                (JOB_CALL, "blocking torch.distributed calls of the job's own (a DCP save's object collectives?)",
-                                 "the collectives they run")):
+                                (JOB_CALL, "blocking torch.distributed calls of the job's own ({kinds}: an evaluation's or a "
+                                 "logged metric, a DCP save's object collectives?)", "the collectives they run")):
+        ran = [info.collectives[k].kind for s, b0, b1 in steps for k, t, _ in calls if info.collectives[k].phase == phase and b0 <= t <= b1]
         hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == phase and b0 <= t <= b1 for k, t, _ in calls))}
         if hit:  # no rank in the text: every rank runs them in the same steps, and equal texts are shown once
+            what = what.format(kinds=", ".join(f"{ran.count(k)} {k}" for k in sorted(set(ran))))
             warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
-                            f"{what}: joined across ranks and priced by the link as {priced}, they and the save's host time count "
+                            f"{what}: joined across ranks and priced by the link as {priced}, they and the host time around them count "
                             f"in the window's mean iteration and every what-if as {len(hit)} step(s) in {len(steps)}; --template "
                             "averages those steps only with each other; a window without them (--steps) times training alone")
 

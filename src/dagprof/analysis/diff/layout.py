@@ -3,7 +3,7 @@
 A DDP job's layout is its gradient buckets; an FSDP job's is its units, their mesh, which of them stayed gathered after
 forward, the dtypes their all-gathers and reduce-scatters moved, and how many all-gathers were issued early. Two
 profiles of one training that differ in any of these are told apart by name ("FSDP units kept gathered after forward
-differ: A none, B blocks.0, blocks.1"), where the op match alone would only count all-gathers without a counterpart.
+differ: B only blocks.0, blocks.1"), where the op match alone would only count all-gathers without a counterpart.
 """
 from __future__ import annotations
 
@@ -80,8 +80,7 @@ def layout_notes(a: DataParallelLayout, b: DataParallelLayout, labels: tuple[str
     if a.mesh != b.mesh:
         notes.append(f"FSDP mesh differs: {la} {_mesh(a.mesh)}, {lb} {_mesh(b.mesh)}")
     if set(a.kept_after_forward) != set(b.kept_after_forward):
-        notes.append(f"FSDP units kept gathered after forward differ: {la} {_names(a.kept_after_forward)}, "
-                     f"{lb} {_names(b.kept_after_forward)}")
+        notes.append(f"FSDP units kept gathered after forward differ: {_kept_change(a.kept_after_forward, b.kept_after_forward, labels)}")
     for what, xa, xb in (("all-gather dtype", a.param_dtypes, b.param_dtypes), ("reduce-scatter dtype", a.reduce_dtypes, b.reduce_dtypes)):
         if sorted(set(xa)) != sorted(set(xb)):
             notes.append(f"FSDP {what} differs: {la} {'/'.join(sorted(set(xa)))}, {lb} {'/'.join(sorted(set(xb)))}")
@@ -106,6 +105,15 @@ def _names(names: tuple[str, ...]) -> str:
     if not names:
         return "none"
     return ", ".join(f"[{n}]" if ", " in n else n for n in names[:_SHOWN]) + (f", ... {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def _kept_change(a: tuple[str, ...], b: tuple[str, ...], labels: tuple[str, str]) -> str:
+    """Which units only one side kept gathered, then those both kept: two whole lists side by side ("A <root>, x, B <root>,
+    y, z") read as one list once a job has more than a few units."""
+    parts = [f"{label} only {_names(tuple(u for u in mine if u not in other))}"
+             for label, mine, other in ((labels[0], a, b), (labels[1], b, a)) if set(mine) - set(other)]
+    both = tuple(u for u in a if u in b)
+    return "; ".join(parts + [f"both {_names(both)}"] * bool(both))
 
 
 def _bucket_bytes(g: Graph) -> list[int]:
