@@ -136,3 +136,29 @@ def test_on_cores_enough_or_as_profiled_no_wake_up_waits(profile):
         g, base = (scenario.apply(x, s, scenario.Cluster(cores=cores), None) for x in (fed, profile))
         assert not _wake_us(g)
         assert job_iteration_us(g) == pytest.approx(job_iteration_us(base), rel=1e-9)
+
+
+def test_a_recording_of_its_other_threads_prices_its_wake_ups():
+    """``fsdp-fresh/tiedlm-wake`` (the part-12 tiedlm job's 2-rank profile, 1 Gbit/s testbed, 2026-12-06): its collector
+    recorded its other threads per step; the price gives back each rank's median wake-ups a step, and 4 ranks on 2 cores
+    wait for the extra ring steps' ones."""
+    g = open_run(str(DATA / "fsdp-fresh" / "tiedlm-wake")).graph
+    loop = g.meta.loop_steps
+    price = comm_cpu(g)
+    assert price is not None and set(price.wake) == {0, 1}
+    for r, w in price.wake.items():
+        others = [loop.sched[r][s].others for s in loop.profiled[r]]
+        assert w.runs_per_ring_step * w.ring_steps == pytest.approx(statistics.median(o.runs for o in others))
+        assert w.wait_us_per_run == pytest.approx(sum(o.wait_us for o in others) / sum(o.runs for o in others))
+        assert w.ring_steps == 27  # 13 all-gathers of 1 ring step and 7 reduce-scatters (gloo all-reduces) of 2 on 2 ranks
+    c = scenario.Cluster(cores=2)
+    four = scenario.apply(g, scenario.Scenario(workers=4), c, None)
+    wake = _wake_us(four)
+    assert sorted(wake) == [0, 1, 2, 3]
+    for r, us in wake.items():  # 81 ring steps a step on 4 ranks
+        w = price.wake[r % 2]
+        assert us == pytest.approx((81 - 27) * w.runs_per_ring_step * w.wait_us_per_run, rel=1e-6)
+    unrecorded = g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(
+        loop, sched={r: {s: msgspec.structs.replace(x, others=None) for s, x in st.items()} for r, st in loop.sched.items()})))
+    assert comm_cpu(unrecorded).wake == {}
+    assert job_iteration_us(four) > job_iteration_us(scenario.apply(unrecorded, scenario.Scenario(workers=4), c, None))
