@@ -3,8 +3,10 @@ testbed recording of an FSDP2 job that recorded its process's CPU per step (test
 2 gloo ranks in network namespaces of one 2-core host)."""
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
+import msgspec
 import numpy as np
 import pytest
 from testdata import DATA
@@ -14,6 +16,7 @@ from dagprof.passes.comm_cpu import comm_cpu
 from dagprof.passes.compute import share_cores
 from dagprof.pipeline import open_run
 from dagprof.search import scenario
+from dagprof.traces.meta import OtherThreads
 
 RUN = DATA / "fsdp" / "testbed-workers-resnet-2"
 
@@ -82,3 +85,80 @@ def test_a_ddp_job_s_all_reduces_are_priced_but_not_queued():
     four = scenario.apply(g, scenario.Scenario(workers=4), scenario.Cluster(cores=2), None)
     assert not _gloo_cpu(four)
     np.testing.assert_array_equal(four.dur, scenario.apply(_unpriced(g), scenario.Scenario(workers=4), scenario.Cluster(cores=2), None).dur)
+
+
+# --- gloo's wake-ups on more ranks than cores (``GlooWake``): the recording's other threads' record set by hand to a hold's
+# measured values (311 runs a rank-step, 0.065 ms each: bench/fsdp_fresh/core_use.py beside the tiedlm job, 2026-12-06)
+
+RUNS, WAIT_US = 311, 65.0
+
+
+def _with_others(g, runs: int = RUNS, wait_us: float = WAIT_US):
+    loop = g.meta.loop_steps
+    sched = {r: {s: msgspec.structs.replace(x, others=OtherThreads(x.process_cpu_us - x.cpu_us, runs * wait_us, runs)) for s, x in steps.items()}
+             for r, steps in loop.sched.items()}
+    return g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(loop, sched=sched)))
+
+
+def _wake_us(g) -> dict[int, float]:
+    """Each rank's priced wake-up waits per step (us) in a graph ``share_cores`` gave it."""
+    v = [i for i in range(len(g)) if ".gloo cpu wake-ups " in g.node_name(i)]
+    steps = max(len(g.meta.steps), 1)
+    return {r: float(sum(g.gap[i] for i in v if g.rank[i] == r)) / steps for r in sorted({int(g.rank[i]) for i in v})}
+
+
+def test_the_wake_up_price_gives_back_the_recorded_runs_and_wait(profile):
+    assert comm_cpu(profile).wake == {}  # recorded before the other threads were: no wake-up price
+    price = comm_cpu(_with_others(profile))
+    assert set(price.wake) == {0, 1}
+    for w in price.wake.values():
+        assert w.ring_steps > 0
+        assert w.runs_per_ring_step * w.ring_steps == pytest.approx(RUNS)
+        assert w.wait_us_per_run == pytest.approx(WAIT_US)
+
+
+def test_four_ranks_on_two_cores_wait_for_their_extra_ring_steps_wake_ups(profile):
+    fed = _with_others(profile)
+    c = scenario.Cluster(cores=2)
+    four, without = (scenario.apply(g, scenario.Scenario(workers=4), c, None) for g in (fed, profile))
+    ring = comm_cpu(fed).wake[0].ring_steps
+    # every collective is the shard group's: its ring steps x3 from 2 ranks to 4, each extra one waits its wake-ups
+    for r, us in _wake_us(four).items():
+        assert us == pytest.approx(2 * ring * RUNS / ring * WAIT_US, rel=1e-6), r
+    assert sorted(_wake_us(four)) == [0, 1, 2, 3]
+    assert job_iteration_us(four) > job_iteration_us(without)
+    assert _gloo_cpu(four) == _gloo_cpu(without)  # the CPU queued on the cores is as before
+
+
+def test_on_cores_enough_or_as_profiled_no_wake_up_waits(profile):
+    fed = _with_others(profile)
+    for s, cores in ((scenario.Scenario(workers=4), 4), (scenario.Scenario(), 2), (scenario.Scenario(workers=4), 64)):
+        g, base = (scenario.apply(x, s, scenario.Cluster(cores=cores), None) for x in (fed, profile))
+        assert not _wake_us(g)
+        assert job_iteration_us(g) == pytest.approx(job_iteration_us(base), rel=1e-9)
+
+
+def test_a_recording_of_its_other_threads_prices_its_wake_ups():
+    """``fsdp-fresh/tiedlm-wake`` (the part-12 tiedlm job's 2-rank profile, 1 Gbit/s testbed, 2026-12-06): its collector
+    recorded its other threads per step; the price gives back each rank's median wake-ups a step, and 4 ranks on 2 cores
+    wait for the extra ring steps' ones."""
+    g = open_run(str(DATA / "fsdp-fresh" / "tiedlm-wake")).graph
+    loop = g.meta.loop_steps
+    price = comm_cpu(g)
+    assert price is not None and set(price.wake) == {0, 1}
+    for r, w in price.wake.items():
+        others = [loop.sched[r][s].others for s in loop.profiled[r]]
+        assert w.runs_per_ring_step * w.ring_steps == pytest.approx(statistics.median(o.runs for o in others))
+        assert w.wait_us_per_run == pytest.approx(sum(o.wait_us for o in others) / sum(o.runs for o in others))
+        assert w.ring_steps == 27  # 13 all-gathers of 1 ring step and 7 reduce-scatters (gloo all-reduces) of 2 on 2 ranks
+    c = scenario.Cluster(cores=2)
+    four = scenario.apply(g, scenario.Scenario(workers=4), c, None)
+    wake = _wake_us(four)
+    assert sorted(wake) == [0, 1, 2, 3]
+    for r, us in wake.items():  # 81 ring steps a step on 4 ranks
+        w = price.wake[r % 2]
+        assert us == pytest.approx((81 - 27) * w.runs_per_ring_step * w.wait_us_per_run, rel=1e-6)
+    unrecorded = g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(
+        loop, sched={r: {s: msgspec.structs.replace(x, others=None) for s, x in st.items()} for r, st in loop.sched.items()})))
+    assert comm_cpu(unrecorded).wake == {}
+    assert job_iteration_us(four) > job_iteration_us(scenario.apply(unrecorded, scenario.Scenario(workers=4), c, None))

@@ -94,3 +94,40 @@ def test_by_name_keeps_each_thread_names_cpu_apart_and_the_names_sum_to_the_othe
     assert x.named is not None and x.named["dp_pool_worker_"].cpu_us == cpu / 1e3
     (y,) = step_scheds(sched.steps, sched.process, sched.runs, sched.others)
     assert y.named is None  # not recorded by name (torch ranks, older TF files)
+
+
+def _bursts(go: list[threading.Event], done: list[threading.Event], leave: threading.Event) -> None:
+    for g, d in zip(go, done):
+        _worker(g, d, _set())
+    leave.wait()
+
+
+def _set() -> threading.Event:
+    e = threading.Event()
+    e.set()
+    return e
+
+
+def test_a_thread_born_after_the_listing_is_watched_from_the_step_after_it_ran_unseen():
+    """The task list is re-read only after a step whose process CPU passed its watched threads' (``UNSEEN_NS``)."""
+    sched = ThreadSched()
+    sched.open()
+    sched.begin()
+    sched.end(0)  # listed: no other thread yet
+    go, done, leave = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()], threading.Event()
+    worker = threading.Thread(target=_bursts, args=(go, done, leave))
+    try:
+        for step in (1, 2):
+            sched.begin()  # step 2: listed again
+            if step == 1:
+                worker.start()
+            go[step - 1].set()
+            done[step - 1].wait()
+            time.sleep(0.01)
+            sched.end(step)
+    finally:
+        leave.set()
+        worker.join()
+        sched.close()
+    assert sched.others[1][1] == 0 and sched.process[1][1] - sched.steps[1][1] >= WORK_NS  # step 1: it ran unseen
+    assert sched.others[2][1] >= WORK_NS and sched.others[2][3] >= 1  # step 2: watched

@@ -181,12 +181,25 @@ class WakeUp:
         return dataclasses.replace(self, us={r: self.us[own[r % len(own)]] for r in ranks})
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class GlooWake:
+    """A profiled rank's other threads' (gloo's) wake-ups (``passes.comm_cpu.comm_cpu``, from ``traces.meta.OtherThreads``):
+    the times they got a core per ring step of the rank's collectives, what each waited for a core, and the ring steps
+    the rank's collectives made a step in the profile."""
+
+    runs_per_ring_step: float
+    wait_us_per_run: float
+    ring_steps: float  # a step's, as profiled
+
+
 @dataclasses.dataclass(frozen=True)
 class CommCpu:
     """The CPU a profile's collectives took off the training thread (its process's other threads: gloo's), per profiled
-    rank, in us per byte the rank sent (``passes.comm_cpu``): what ``--cores`` queues on the shared cores per collective."""
+    rank, in us per byte the rank sent (``passes.comm_cpu``): what ``--cores`` queues on the shared cores per collective;
+    and their wake-ups per ring step, priced on more ranks than cores ({}: not recorded, files before 2026-12-06)."""
 
     us_per_byte: dict[int, float]
+    wake: dict[int, GlooWake] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(slots=True)

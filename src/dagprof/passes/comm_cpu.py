@@ -14,7 +14,11 @@ the ranks' compute, 4 ranks on 2 cores were predicted 7-14 % short in change (ke
 every 0.25 s, 2026-12-06): on 4 ranks each rank's gloo threads waited 59 ms a step for a core (20 on 2 ranks), its
 training thread 69 (12), while the 2 cores sat idle 37 % of the step (softirq 2 %, ksoftirqd and other processes 1 %,
 steal 0): no foreign CPU, the ranks' own threads waking together after each collective; the FIFO queue gives these
-nodes 11 of those 59 ms a step.
+nodes 11 of those 59 ms a step. Those waits are wake-ups: a rank's gloo threads got a core 311-316 times a step on 2
+ranks, 885-918 on 4 (11-12 a ring step: the ring's steps 27 -> 81 a step), each waiting 0.065-0.070 ms on 2 and 4 ranks
+alike (``bench/fsdp_fresh/core_use.py``). The collector records them per step (``traces.meta.OtherThreads``): on more
+ranks than cores each extra ring step's wake-ups, each waiting the profile's wait a wake-up, lengthen the collective
+(``GlooWake``, ``CpuBudget.wait_us``).
 
 TF/JAX (``off_lane_budget``): each rank's recorded process CPU a step less its lanes' CPU (``lane_cpu``): the collective
 executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) shared over the rank's collectives of the
@@ -33,7 +37,8 @@ import numpy as np
 
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph, issuers
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
-from ..graph.meta import WARMUP_STEPS, CommCpu
+from ..graph.meta import WARMUP_STEPS, CommCpu, GlooWake
+from ..traces.comm_kind import CommKind
 from ..traces.events import Kind
 from ..traces.meta import StepSched, runnable_stretch
 
@@ -69,6 +74,8 @@ class CpuBudget:
     comm: np.ndarray  # each row's collective
     anchor: np.ndarray  # each row's op of its rank: JOIN its first op waiting for the collective, ISSUE its issue of it
     cpu_us: np.ndarray  # each row's CPU
+    # JOIN only: each row's waits for a core off the cores (wake-ups), in series after its CPU before the rest of the transfer
+    wait_us: np.ndarray | None = None
 
 
 def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, onto: Graph | None = None) -> Graph:
@@ -87,7 +94,7 @@ def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, 
     cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(budget.kind)), rank=rank, device=host_device[rank], dur=cpu_us,
                       order=_issued(g, comm, at) if join else g.order[at], step=g.step[at], layer=g.layer[at])
     if join:
-        _join(b, g, comm, cpu, cpu_us, budget.label)
+        _join(b, g, comm, cpu, cpu_us, budget.label, budget.wait_us, rank)
     else:
         b.add_edges(at, cpu)
         mine = [[int(v) for v in g.succ[g.indptr[c]:g.indptr[c + 1]] if g.rank[v] == g.rank[p]] for c, p in zip(comm.tolist(), at.tolist())]
@@ -95,9 +102,11 @@ def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, 
     return b.build()
 
 
-def _join(b: GraphBuilder, g: Graph, comm: np.ndarray, cpu: np.ndarray, cpu_us: np.ndarray, label: str) -> None:
-    """``Placement.JOIN``'s edges: the collective's predecessors -> each rank's node -> a resource-free node per collective
-    for the rest of its transfer -> the collective's consumers."""
+def _join(b: GraphBuilder, g: Graph, comm: np.ndarray, cpu: np.ndarray, cpu_us: np.ndarray, label: str,
+          wait_us: np.ndarray | None, rank: np.ndarray) -> None:
+    """``Placement.JOIN``'s edges: the collective's predecessors -> each rank's node (-> its wake-ups' waits, a resource-free
+    node where ``wait_us`` has some) -> a resource-free node per collective for the rest of its transfer -> the collective's
+    consumers."""
     colls, of = np.unique(comm, return_inverse=True)
     most = np.zeros(len(colls))
     np.maximum.at(most, of, cpu_us)
@@ -107,7 +116,15 @@ def _join(b: GraphBuilder, g: Graph, comm: np.ndarray, cpu: np.ndarray, cpu_us: 
     indptr, pred = g.pred_csr
     count = indptr[comm + 1] - indptr[comm]
     b.add_edges(np.concatenate([pred[indptr[c]:indptr[c + 1]] for c in comm.tolist()]), np.repeat(cpu, count))
-    b.add_edges(cpu, rest[of])
+    waits = np.flatnonzero(wait_us > 0) if wait_us is not None else np.empty(0, np.int64)
+    if len(waits):
+        w = b.add_nodes(name=np.array([b.intern(f"rank{int(rank[i])}.{label} wake-ups {g.node_name(int(comm[i]))}") for i in waits.tolist()], np.int32),
+                        kind=np.full(len(waits), int(Kind.SYNC)), rank=rank[waits], device=np.full(len(waits), -1),
+                        gap=wait_us[waits], order=g.order[comm[waits]], step=g.step[comm[waits]], layer=g.layer[comm[waits]])
+        b.add_edges(cpu[waits], w)
+        b.add_edges(w, rest[of[waits]])
+    direct = np.setdiff1d(np.arange(len(comm)), waits)
+    b.add_edges(cpu[direct], rest[of[direct]])
     out = np.diff(g.indptr)[colls]
     b.add_edges(np.repeat(rest, out), np.concatenate([g.succ[g.indptr[c]:g.indptr[c + 1]] for c in colls.tolist()]))
 
@@ -126,16 +143,24 @@ def _issued(g: Graph, comm: np.ndarray, wait: np.ndarray) -> np.ndarray:
 # --- torch on gloo: gloo's threads' CPU per byte sent
 
 
-def _sent(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each (shared collective, issuing rank): the collective, the rank's op that waited for it (its first consumer on the
-    rank, by program order) and the bytes the rank sends in it: a ring all-reduce of the collective's all-reduce
-    equivalent on its N ranks sends 2(N-1)/N of them."""
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """Each (shared collective, issuing rank) of a graph (``_sent``)."""
+
+    comm: np.ndarray  # the collective
+    wait: np.ndarray  # the rank's op that waited for it (its first consumer on the rank, by program order)
+    nbytes: np.ndarray  # the bytes the rank sends in it
+    ring_steps: np.ndarray  # the ring's steps: N-1 for an all-gather, 2(N-1) otherwise (gloo's reduce-scatter an all-reduce)
+
+
+def _sent(g: Graph) -> Sent:
+    """``Sent`` of ``g``: a ring all-reduce of a collective's all-reduce equivalent on its N ranks sends 2(N-1)/N of it."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
     if not len(comm):
-        return (np.empty(0, np.int64),) * 2 + (np.empty(0),)
+        return Sent(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0))
     equiv = allreduce_equivalent_bytes(g, comm)
-    out_c, out_w, out_b = [], [], []
-    for c, b in zip(comm.tolist(), equiv.tolist()):
+    out_c, out_w, out_b, out_s = [], [], [], []
+    for c, b, k in zip(comm.tolist(), equiv.tolist(), g.comm_kind[comm].tolist()):
         first: dict[int, int] = {}
         for v in g.successors(c).tolist():
             r = int(g.rank[v])
@@ -148,7 +173,15 @@ def _sent(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             out_c.append(c)
             out_w.append(w)
             out_b.append(2.0 * (n - 1) / n * b)
-    return np.asarray(out_c, np.int64), np.asarray(out_w, np.int64), np.asarray(out_b, np.float64)
+            out_s.append((n - 1) * (1 if k == CommKind.ALL_GATHER else 2))
+    return Sent(np.asarray(out_c, np.int64), np.asarray(out_w, np.int64), np.asarray(out_b, np.float64), np.asarray(out_s, np.float64))
+
+
+def _per_step(g: Graph, sent: Sent, values: np.ndarray) -> dict[int, float]:
+    """Rank -> ``values`` (one per ``sent`` row) summed over the rank's rows, per step of the graph."""
+    steps = len({int(s) for s in g.step[sent.wait].tolist()}) if len(sent.wait) else 0
+    ranks = g.rank[sent.wait]
+    return {int(r): float(values[ranks == r].sum()) / steps for r in np.unique(ranks).tolist()} if steps else {}
 
 
 def comm_cpu(g: Graph) -> CommCpu | None:
@@ -164,16 +197,18 @@ def comm_cpu(g: Graph) -> CommCpu | None:
         return None
     if loop is None or not loop.profiled or sorted(loop.profiled) != list(range(g.world_size)):
         return None
-    _, w, sent = _sent(g)
-    steps = len({int(s) for s in g.step[w].tolist()}) if len(w) else 0
-    price = {}
+    sent = _sent(g)
+    nbytes, ring = _per_step(g, sent, sent.nbytes), _per_step(g, sent, sent.ring_steps)
+    price, wake = {}, {}
     for r, profiled in loop.profiled.items():
-        other = [x.process_cpu_us - x.cpu_us for s in profiled if (x := loop.sched.get(r, {}).get(s)) is not None and x.process_cpu_us is not None]
-        nbytes = float(sent[g.rank[w] == r].sum()) / steps if steps else 0.0
-        if not other or nbytes <= 0:
+        got = [x for s in profiled if (x := loop.sched.get(r, {}).get(s)) is not None and x.process_cpu_us is not None]
+        if not got or nbytes.get(r, 0.0) <= 0:
             return None
-        price[r] = max(statistics.median(other), 0.0) / nbytes
-    return CommCpu(us_per_byte=price)
+        price[r] = max(statistics.median(x.process_cpu_us - x.cpu_us for x in got), 0.0) / nbytes[r]
+        others = [x.others for x in got if x.others is not None]
+        if len(others) == len(got) and (runs := sum(o.runs for o in others)) > 0:
+            wake[r] = GlooWake(statistics.median(o.runs for o in others) / ring[r], sum(o.wait_us for o in others) / runs, ring[r])
+    return CommCpu(us_per_byte=price, wake=wake if len(wake) == len(price) else {})
 
 
 def keep_comm_cpu(g: Graph) -> Graph:
@@ -182,16 +217,30 @@ def keep_comm_cpu(g: Graph) -> Graph:
     return g.replace(meta=g.meta.replace(comm_cpu=comm_cpu(g)))
 
 
-def gloo_budget(g: Graph) -> CpuBudget | None:
+def gloo_budget(g: Graph, beyond_cores: bool = False) -> CpuBudget | None:
     """An FSDP job's ``CpuBudget`` (``Placement.JOIN``): per (collective, rank) the bytes the rank sends times its price
-    (``comm_cpu``, of a profiled rank for its copies). None without a price or off FSDP."""
+    (``comm_cpu``, of a profiled rank for its copies). None without a price or off FSDP.
+
+    ``beyond_cores`` (more ranks on a host than its cores): each row's extra wake-ups also wait, as the profile's gloo
+    threads waited a wake-up (``GlooWake``). A rank's extra ring steps a step (its collectives' here less its profiled
+    rank's) times the wake-ups a ring step are shared over its rows by their ring steps (``--workers`` from 2 to 4: two
+    thirds of each call's; an HSDP mesh's new replica all-reduces spread over every call). Where the cores suffice, or the
+    profile did not record its other threads, none."""
     if not is_fsdp_graph(g) or (price := comm_cpu(g)) is None:  # off FSDP first: the price walks every collective
         return None
-    comm, wait, sent = _sent(g)
+    sent = _sent(g)
     n0 = len(price.us_per_byte)
+    of = np.array([int(r) % n0 for r in g.rank[sent.wait].tolist()], np.int64)
+    wait = None
+    if beyond_cores and price.wake and len(of):
+        ring = _per_step(g, sent, sent.ring_steps)
+        wake = [price.wake[int(p)] for p in of.tolist()]
+        extra = np.array([max(1.0 - w.ring_steps / ring[int(r)], 0.0) for w, r in zip(wake, g.rank[sent.wait].tolist())])
+        wait = sent.ring_steps * extra * np.array([w.runs_per_ring_step * w.wait_us_per_run for w in wake])
     # a copy's kind (Horovod's copies on its background thread alike): the collective's own sends and sums, not compute
     # that collectives slow (``passes.overlap``)
-    return CpuBudget(Placement.JOIN, "gloo cpu", Kind.MEMCPY, comm, wait, sent * np.array([price.us_per_byte[int(r) % n0] for r in g.rank[wait].tolist()]))
+    return CpuBudget(Placement.JOIN, "gloo cpu", Kind.MEMCPY, sent.comm, sent.wait,
+                     sent.nbytes * np.array([price.us_per_byte[p] for p in of.tolist()]), wait)
 
 
 # --- TF/JAX: each rank's recorded process CPU off its lanes, per step

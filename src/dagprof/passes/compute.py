@@ -78,7 +78,7 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     moved = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
     if priced is not None:  # TF/JAX: each rank's lanes at their CPU, its recorded CPU off them beside its collectives
         return queue_comm_cpu(g, off_lane_budget(g, priced, remap), host_device, onto=scale_lanes(moved, g, priced))
-    return queue_comm_cpu(moved, gloo_budget(moved), host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: per byte
+    return queue_comm_cpu(moved, gloo_budget(moved, per > cores), host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: per byte
 
 
 def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:

@@ -18,9 +18,11 @@ where none of its waits blocked: ``passes.data_parallel.wake_up``).
 
 The process's other threads (gloo's, Kineto's, a pool's) are summed the same way (``others``: CPU, run-queue wait, runs):
 gloo's threads wake once or more per ring step of every collective, and on more ranks than cores each wake-up waits for
-a core (``passes.comm_cpu``'s price of those waits). The task list is re-read at each step's begin (a listing and an
-``open`` per new thread); each thread's file stays open, one ``pread`` per thread and boundary. A thread born within a
-step counts from the next one; one that ended within a step (its file no longer reads) loses that step's part.
+a core (``passes.comm_cpu``'s price of those waits). Each thread's file stays open, one ``pread`` per thread and
+boundary. The task list is re-read at a step's begin only after a file failed to read or a step whose process CPU
+passed its watched threads' by ``UNSEEN_NS`` (a thread not yet watched ran): a listing of ``/proc/self/task`` took
+40-100 us a step at load 7-10, more than the reads. A thread born within a step counts from the next one; one that
+ended within a step (its file no longer reads) loses that step's part.
 
 ``by_name`` (the TF/JAX window's) also keeps them per thread name (``/proc/self/task/TID/comm``, read once per thread; the
 kernel keeps 15 characters): TF names its pools' threads (``tf_Compute``, the inter-op pool whose threads run the ops,
@@ -32,6 +34,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+
+UNSEEN_NS = 1_000_000  # a step's process CPU beyond its watched threads' (less a running thread's lag, up to a tick) that re-lists
 
 
 class ThreadSched:
@@ -54,6 +58,7 @@ class ThreadSched:
         self.by_name = by_name
         self.named: dict[str, list[tuple[int, int, int, int]]] = {}
         self._names: dict[int, str] = {}  # tid -> its name (``by_name``)
+        self._relist = True
 
     def open(self) -> None:
         """Watch the calling thread (the one that marks the steps); nothing where the kernel has no schedstat."""
@@ -68,7 +73,8 @@ class ThreadSched:
     def begin(self) -> None:
         self._begin = self._read()
         if self._begin is not None:
-            self._list_others()
+            if self._relist:
+                self._list_others()
             self._other_begin = self._read_others()
 
     def end(self, step: int) -> None:
@@ -80,6 +86,7 @@ class ThreadSched:
             ends, starts = self._read_others(), self._other_begin
             d = [sum(e[i] - starts[t][i] for t, e in ends.items() if t in starts) for i in range(3)]
             self.others.append((step, d[0], d[1], d[2]))
+            self._relist = self._relist or now[2] - begin[2] - (now[0] - begin[0]) - d[0] > UNSEEN_NS
             if self.by_name:
                 self._by_name(step, ends, starts)
 
@@ -103,6 +110,7 @@ class ThreadSched:
         self._other_fds.clear()
         self._other_begin = {}
         self._names.clear()
+        self._relist = True
 
     def _list_others(self) -> None:
         """Open the schedstat of each thread of the process not yet open (not the watched one); close those gone."""
@@ -110,6 +118,7 @@ class ThreadSched:
             tids = {int(t) for t in os.listdir("/proc/self/task")} - {self._tid}
         except OSError:
             return
+        self._relist = False
         for t in set(self._other_fds) - tids:
             os.close(self._other_fds.pop(t))
             self._names.pop(t, None)
@@ -132,6 +141,7 @@ class ThreadSched:
             except (OSError, IndexError, ValueError):
                 os.close(self._other_fds.pop(t))
                 self._names.pop(t, None)
+                self._relist = True
         return out
 
     def _read(self) -> tuple[int, int, int, int] | None:
