@@ -12,8 +12,12 @@ one-off work outside the step times). Kineto records every op of the process, so
 join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs. Part 4: part 2 for a
 2-rank FSDP2 job (``bench/fsdp_train.py``'s transformer: every block and the root ``fully_shard``-ed). Part 5: part 2
 for a 2-rank FSDP1 job (``bench/fsdp1_heldout.py``: ``FullyShardedDataParallel`` with ``size_based_auto_wrap_policy``).
+Part 4 runs another FSDP2 script with ``--fsdp-script PATH --fsdp-args "ARGS"`` (any script with ``fsdp_train.py``'s
+``parse_args``/``build``/``train``: part 12's held-out tied-embedding LM is ``fsdp_train.py`` with
+``fsdp_whatif_table.FRESH``, ``--fsdp-args tiedlm``), and only some modes with ``--fsdp-modes none,hooks``.
 
     .venv/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--fsdp-blocks 4] [--fsdp1-blocks 4] [--small]
+    .venv/bin/python bench/bench_overhead.py --ab-steps 0 --blocks 0 --repeats 0 --fsdp1-blocks 0 --fsdp-args tiedlm --fsdp-modes none,hooks
 """
 from __future__ import annotations
 
@@ -115,6 +119,7 @@ def ddp_job(rank: int, cfg: DemoConfig, port: int):
 
 
 BLOCK_MODES = ("no profiler", "dagprof hooks only (kineto=False)", "dagprof (hooks + Kineto)", "torch.profiler alone (peer)")
+SHORT_MODES = dict(zip(("none", "hooks", "kineto", "torch"), BLOCK_MODES))  # --fsdp-modes names
 
 
 def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: int, out: str) -> None:
@@ -168,16 +173,39 @@ def alternating_blocks(cfg: DemoConfig, blocks: int, block: int) -> dict[str, tu
 
 
 FSDP_ARGS = ["--model", "transformer", "--blocks", "4", "--width", "256"]  # bench/fsdp_train.py's model, 5 FSDP units
-FSDP_JOBS = {  # part -> (script in bench/, its arguments)
-    "fsdp2": ("fsdp_train", FSDP_ARGS),
-    "fsdp1": ("fsdp1_heldout", []),  # FSDP1 (FullyShardedDataParallel), size_based_auto_wrap_policy: 4 units
+BENCH = os.path.dirname(os.path.abspath(__file__))
+FSDP_JOBS = {  # part -> (script, its arguments)
+    "fsdp2": (os.path.join(BENCH, "fsdp_train.py"), FSDP_ARGS),
+    "fsdp1": (os.path.join(BENCH, "fsdp1_heldout.py"), []),  # FSDP1 (FullyShardedDataParallel), size_based_auto_wrap_policy: 4 units
 }
 
 
-def _fsdp_blocks_worker(rank: int, job: str, blocks: int, block: int, port: int, out: str) -> None:
-    """Part 2 for an FSDP job: one FSDP model, blocks of steps cycling through BLOCK_MODES."""
-    import importlib
+def fsdp_args(given: str | None) -> list[str]:
+    """``--fsdp-args``: "tiedlm" (part 12's held-out job, ``fsdp_whatif_table.FRESH``), else the arguments split."""
+    if given is None:
+        return FSDP_ARGS
+    if given == "tiedlm":
+        from fsdp_whatif_table import FRESH
 
+        return list(FRESH)
+    return given.split()
+
+
+def _load_script(path: str):
+    """The training script at ``path`` as a module (its ``parse_args``, ``build`` and ``train``); ``bench/`` importable."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, BENCH)
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fsdp_blocks_worker(rank: int, job: tuple[str, list[str]], blocks: int, block: int, port: int, out: str,
+                        modes: tuple[str, ...] = BLOCK_MODES) -> None:
+    """Part 2 for an FSDP job (``job``: its script and arguments): one FSDP model, blocks of steps cycling through ``modes``."""
     import torch
     import torch.distributed as dist
     from torch.profiler import profile as torch_profile
@@ -187,17 +215,17 @@ def _fsdp_blocks_worker(rank: int, job: str, blocks: int, block: int, port: int,
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=300))
-    script, argv = FSDP_JOBS[job]
-    mod = importlib.import_module(script)
+    script, argv = job
+    mod = _load_script(script)
     build, train = mod.build, mod.train
     args = mod.parse_args([*argv, "--steps", str(block)])
     model, opt = build(args)
     train(args, model, opt)  # warm-up (lazy init, first all-gathers)
-    times: dict[str, list] = {m: [] for m in BLOCK_MODES}
-    cpu: dict[str, list] = {m: [] for m in BLOCK_MODES}  # main-thread CPU per step of each block (its window's end included)
+    times: dict[str, list] = {m: [] for m in modes}
+    cpu: dict[str, list] = {m: [] for m in modes}  # main-thread CPU per step of each block (its window's end included)
     with tempfile.TemporaryDirectory() as folder:
         for b in range(blocks):
-            for mode in BLOCK_MODES:
+            for mode in modes:
                 c0 = time.thread_time()
                 if mode == "no profiler":
                     times[mode] += train(args, model, opt)
@@ -216,12 +244,13 @@ def _fsdp_blocks_worker(rank: int, job: str, blocks: int, block: int, port: int,
         json.dump({"wall": times, "cpu": cpu}, f)
 
 
-def fsdp_blocks(blocks: int, block: int, job: str = "fsdp2") -> dict[str, tuple[float, float]]:
+def fsdp_blocks(blocks: int, block: int, job: tuple[str, list[str]] = FSDP_JOBS["fsdp2"],
+                modes: tuple[str, ...] = BLOCK_MODES) -> dict[str, tuple[float, float]]:
     """mode -> (median wall s/step, median main-thread CPU s/step over blocks) of rank 0."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_fsdp_blocks_worker, args=(job, blocks, block, free_port(), out), nprocs=2, join=True)
+        mp.spawn(_fsdp_blocks_worker, args=(job, blocks, block, free_port(), out, modes), nprocs=2, join=True)
         with open(os.path.join(out, "fsdp0.json")) as f:
             times = json.load(f)
     return {m: (statistics.median(v), statistics.median(times["cpu"][m])) for m, v in times["wall"].items()}
@@ -255,8 +284,18 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=4, help="rounds of alternating blocks in part 2 (0 skips it)")
     p.add_argument("--fsdp-blocks", type=int, default=4, help="rounds of alternating blocks of an FSDP2 job in part 4 (0 skips it)")
     p.add_argument("--fsdp1-blocks", type=int, default=4, help="rounds of alternating blocks of an FSDP1 job in part 5 (0 skips it)")
+    p.add_argument("--fsdp-script", default=FSDP_JOBS["fsdp2"][0], help="part 4's FSDP2 training script (fsdp_train.py's functions)")
+    p.add_argument("--fsdp-args", help='part 4\'s script arguments ("tiedlm": part 12\'s held-out LM; default: the transformer)')
+    p.add_argument("--fsdp-modes", default=",".join(SHORT_MODES), help="part 4's modes, in block order: " + ",".join(SHORT_MODES))
     p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
     args = p.parse_args()
+    try:
+        modes = tuple(SHORT_MODES[m] for m in args.fsdp_modes.split(","))
+    except KeyError as err:
+        p.error(f"--fsdp-modes: {err.args[0]} is none of {','.join(SHORT_MODES)}")
+    if "no profiler" not in modes:
+        p.error("--fsdp-modes: none is the baseline each mode is held against")
+    fsdp2 = (os.path.abspath(args.fsdp_script), fsdp_args(args.fsdp_args))
     base = DemoConfig.small() if args.small else DemoConfig()
     t0 = time.perf_counter()
     print(f"2-rank gloo DDP demo CNN ({'small' if args.small else 'default'} model, batch {base.batch_size}, "
@@ -277,12 +316,13 @@ def main() -> None:
             print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     if args.repeats:
         separate_jobs(base, args.steps, args.repeats)
-    for part, job, rounds, what in ((4, "fsdp2", args.fsdp_blocks, f"FSDP2 job (bench/fsdp_train.py {' '.join(FSDP_ARGS)})"),
-                                    (5, "fsdp1", args.fsdp1_blocks, "FSDP1 job (bench/fsdp1_heldout.py: FullyShardedDataParallel, "
-                                                                    "size_based_auto_wrap_policy)")):
+    for part, job, rounds, what, job_modes in (
+            (4, fsdp2, args.fsdp_blocks, f"FSDP2 job ({os.path.relpath(fsdp2[0])} {' '.join(fsdp2[1])})", modes),
+            (5, FSDP_JOBS["fsdp1"], args.fsdp1_blocks, "FSDP1 job (bench/fsdp1_heldout.py: FullyShardedDataParallel, "
+                                                       "size_based_auto_wrap_policy)", BLOCK_MODES)):
         if not rounds:
             continue
-        res = fsdp_blocks(rounds, 5, job)
+        res = fsdp_blocks(rounds, 5, job, job_modes)
         off_w, off_c = res["no profiler"]
         print(f"\nPart {part}: a 2-rank {what}, {rounds} rounds of 5-step blocks per mode, rank 0 medians "
               "(cpu: the main thread's, per step of a block, the profiler's window end included)")

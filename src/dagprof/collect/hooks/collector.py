@@ -68,14 +68,6 @@ def _inside(path: str, paths: list[str]) -> str | None:
     return next((w for w in paths if path == w or path.startswith(w + ".")), None)
 
 
-def _grad_enabled() -> bool:
-    """Autograd records this forward (False under ``torch.no_grad``/``inference_mode``: an evaluation pass, whose
-    forwards the reader counts apart; ``Rec.FWD_BEGIN``'s x)."""
-    import torch  # noqa: PLC0415  (imported by then: a module is running)
-
-    return torch.is_grad_enabled()
-
-
 def compiled(module: Any) -> bool:
     """Whether ``module`` runs under torch.compile: ``torch.compile(module)`` wraps it (``OptimizedModule``), or
     ``module.compile()`` compiled its call in place (as per-block compile before FSDP's ``fully_shard`` does). Dynamo
@@ -88,7 +80,7 @@ class Collector:
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: range | str, kineto: bool = True,
                  record_shapes: bool = False, ranges: bool = False, mode: str = "api"):
-        import torch  # noqa: F401  (fail early and clearly if torch is missing)
+        import torch  # fail early and clearly if torch is missing
 
         self.steps = parse_steps(steps)
         self.out_dir = os.path.abspath(os.fspath(out_dir))
@@ -96,6 +88,9 @@ class Collector:
         self.record_shapes = record_shapes
         self.ranges = ranges  # also emit record_function ranges per layer (visible in Kineto)
         self.mode = mode
+        # autograd records this forward (False under ``torch.no_grad``/``inference_mode``: an evaluation pass, whose forwards
+        # the reader counts apart; ``Rec.FWD_BEGIN``'s x); bound once, read once per leaf hook
+        self._grad_enabled = torch.is_grad_enabled
         self.records: list[tuple[int, int, int, int, int]] = []
         self.step = -1  # current step index; -1 before the first step began
         self.step_begin_ns = 0
@@ -265,8 +260,9 @@ class Collector:
             self._calls[layer] = call + 1
             if self.ranges:
                 self._open_range(layer, call, "forward")
-            self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), int(not _grad_enabled())))
-            self.saved.enter(layer, args if _grad_enabled() else ())  # an evaluation forward under no_grad: nothing for backward
+            grad = self._grad_enabled()
+            self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), int(not grad)))
+            self.saved.enter(layer, args if grad else ())  # an evaluation forward under no_grad: nothing for backward
             for x in {id(x): x for x in args}.values():  # once per tensor: attention is called as (x, x, x)
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
                     self._on_grad(x, (Rec.BWD_END, layer, call))
@@ -280,7 +276,7 @@ class Collector:
             t = time.time_ns()
             call = self._calls.get(layer, 1) - 1
             self.records.append((Rec.FWD_END, layer, call, t, 0))
-            self.saved.leave(layer, output if _grad_enabled() else None)
+            self.saved.leave(layer, output if self._grad_enabled() else None)
             if self.ranges:
                 self._close_range(layer, call)
             n = 0

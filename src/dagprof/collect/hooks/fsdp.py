@@ -77,6 +77,7 @@ class FsdpRecorder:
         self._memory: dict[str, int] = {}
         self._grad_bytes = 0  # gradient shards as the optimizer step starts (the most in the window)
         self._opt_hook: Any = None
+        self._group_ranks: dict[int, tuple[Any, str]] = {}  # id(process group) -> (the group, its ranks joined): fixed per group
 
     # ------------------------------------------------------------ units
     def _unit(self, group: Any) -> int:
@@ -320,10 +321,18 @@ class FsdpRecorder:
 
     def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any, context: tuple[int, str, int]) -> int:
         unit, phase, by = context
-        ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
         self.collectives.append(FsdpCollective(kind=kind, unit=unit, phase=phase, prefetched_by=by, nbytes=nbytes, dtype=dtype,
-                                                group=",".join(map(str, ranks)), issued_ns=time.time_ns()))
+                                                group=self._ranks_of(group, dist), issued_ns=time.time_ns()))
         return len(self.collectives) - 1
+
+    def _ranks_of(self, group: Any, dist: Any) -> str:
+        """The ranks of ``group`` (None: the world) joined by ",": read once per group, as c10d's lookup costs more than the
+        rest of a collective's record (the group is held so its id stays its own)."""
+        known = self._group_ranks.get(id(group))
+        if known is None or known[0] is not group:
+            ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+            known = self._group_ranks[id(group)] = (group, ",".join(map(str, ranks)))
+        return known[1]
 
     def _before_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if not self.c.recording:
@@ -354,6 +363,7 @@ class FsdpRecorder:
             self._opt_hook.remove()
             self._opt_hook = None
         self._optimizers.clear()
+        self._group_ranks.clear()
         self.modules = []
 
     def info(self, layers: list[str]) -> FsdpInfo:
@@ -406,10 +416,12 @@ def _tensor_arg(name: str, pos: int) -> Any:
 
 
 def _local_bytes(t: Any) -> int:
-    """Bytes this rank holds of a tensor or DTensor (0 for None)."""
+    """Bytes this rank holds of a tensor or DTensor (0 for None). A DTensor's local tensor is read as its attribute:
+    ``to_local()`` (an autograd function, the same tensor's view) cost 6 us a parameter in every step's optimizer hook."""
     if t is None:
         return 0
-    t = t.to_local() if hasattr(t, "to_local") else t
+    local = getattr(t, "_local_tensor", None)
+    t = local if local is not None else t.to_local() if hasattr(t, "to_local") else t
     return t.numel() * t.element_size()
 
 
