@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import read_input
+from ..intervals import union
 from . import formats
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .host_segments import HostSegments, flatten
@@ -100,7 +101,7 @@ _MERGED = ("an epoch ends inside the window", "XLA compiled programs inside")  #
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
-def merge_epoch_gaps(ranks: list[RankTrace]) -> None:
+def merge_rank_figures(ranks: list[RankTrace]) -> None:
     """Say once for the job what every rank sees in the same words but its own figures (an epoch's end inside the window:
     12283 and 12285 ms between the epochs; XLA's compiles inside the steps): each such warning (``_MERGED``) is rewritten
     with every figure as the ranks' range (in place)."""
@@ -278,11 +279,7 @@ class _Reader:
         for k, ln in enumerate(self.lines):
             rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
             if len(rows):
-                t0, t1 = self.t0[k][rows], self.t1[k][rows]
-                order = np.argsort(t0)
-                t0, t1 = t0[order], t1[order]
-                outer = np.r_[True, t0[1:] >= np.maximum.accumulate(t1)[:-1]]  # nested compiles counted once
-                spans.append(np.stack([t0[outer], np.maximum.accumulate(t1)[np.r_[np.flatnonzero(outer)[1:] - 1, len(t1) - 1]]], 1))
+                spans.append(union(self.t0[k][rows], self.t1[k][rows]))  # a thread's nested compiles counted once
         if not spans:
             return
         span = np.concatenate(spans)
