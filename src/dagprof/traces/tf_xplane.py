@@ -73,7 +73,7 @@ _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch'
 _CONTROL_FLOW = re.compile(r"(?:^|(?<=/))(?:(?:cond|while)(?:_\d+)?/(?:(?:then|else|body)/_\d+/)?|(?:Stateful)?PartitionedCall(?:_\d+)?/)+")
 _VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 # XLA's CPU compiler, outermost ranges (TF's jit_compile and JAX's jit alike); a compile's codegen threads are not counted
-_XLA_COMPILE = ("CpuCompiler::RunBackend", "CpuCompiler::RunHloPasses", "JitCompiler::Compile")
+XLA_COMPILE = ("CpuCompiler::RunBackend", "CpuCompiler::RunHloPasses", "JitCompiler::Compile")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -272,7 +272,7 @@ class _Reader:
         ``compile(jit_compile=True)`` under MultiWorkerMirroredStrategy compiled the train step again in every step, profiled
         or not (2026-12-06, ``bench/frameworks/tf_tft_forecast_fit.py --jit`` on one worker: 6.6 s of a 10.3 s step, the
         unprofiled steps 5.9-27 s, 36 ms without XLA); ``analyze`` had shown it only as "another thread, before other compute op"."""
-        mids = self.mids(*_XLA_COMPILE)
+        mids = self.mids(*XLA_COMPILE)
         if not mids:
             return
         spans = []
