@@ -10,11 +10,7 @@ from dagprof.traces.meta import step_scheds
 WORK_NS = 20_000_000
 
 
-def _worker(go: threading.Event, done: threading.Event, leave: threading.Event, name: str | None, named: threading.Event) -> None:
-    if name is not None:
-        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:  # as TF names its pools' threads
-            f.write(name)
-    named.set()
+def _worker(go: threading.Event, done: threading.Event, leave: threading.Event) -> None:
     go.wait()
     t0 = time.thread_time_ns()
     while time.thread_time_ns() - t0 < WORK_NS:  # its own CPU, however loaded the cores
@@ -23,11 +19,19 @@ def _worker(go: threading.Event, done: threading.Event, leave: threading.Event, 
     leave.wait()  # alive at the step's end: a thread that ended within a step loses its part
 
 
+def _named_worker(name: str | None, named: threading.Event, go: threading.Event, done: threading.Event, leave: threading.Event) -> None:
+    if name is not None:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:  # as TF names its pools' threads
+            f.write(name)
+    named.set()
+    _worker(go, done, leave)
+
+
 def _step_beside_a_worker(*scheds: ThreadSched, name: str | None = None) -> None:
     """Step 3 of each of ``scheds`` (opened here, closed after) while another thread (named ``name``) burns ``WORK_NS`` of
     its own CPU inside it."""
     named, go, done, leave = (threading.Event() for _ in range(4))
-    worker = threading.Thread(target=_worker, args=(go, done, leave, name, named))
+    worker = threading.Thread(target=_named_worker, args=(name, named, go, done, leave))
     worker.start()
     named.wait()
     for s in scheds:
