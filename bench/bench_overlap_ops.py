@@ -49,7 +49,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes.overlap import comm_demand, comm_overlap, slowed_nodes
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
-from dagprof.traces.events import Kind
+from dagprof.traces.events import Kind, Run
 
 QUIET = 0.15  # a round whose training threads waited for a core under this share of their CPU, in both runs, is a quiet one
 EARLY_MS = 10.0  # an op that started this soon after the all-reduce it overlaps counts as at its start
@@ -62,7 +62,7 @@ def op_times(run_dir: str, rate: float | None) -> tuple[dict[tuple[int, str], tu
     """Per (rank, op name) of a profiled run's backward: the median over steps of its duration (us), of its overlapped
     share (each collective weighted as the optimizer weighs it) and of how long after the start of the latest
     all-reduce in flight it started (ms; nan: none in flight). Then per rank its control (``CONTROL`` ops with nothing
-    in flight, summed over the step, the median step, us) and the run's schedstat per step (``sched``)."""
+    in flight, summed over the step, the median step, us) and the run's schedstat per step (``median_sched``)."""
     p = open_run(run_dir)
     g = p.graph
     res = replay(g)
@@ -87,10 +87,10 @@ def op_times(run_dir: str, rate: float | None) -> tuple[dict[tuple[int, str], tu
     for k, v in per.items():
         a = np.array(v)
         out[k] = (float(np.median(a[:, 0])), float(np.median(a[:, 1])), float(np.nanmedian(a[:, 2])) if np.isfinite(a[:, 2]).any() else float("nan"))
-    return out, control, sched(p.run)
+    return out, control, median_sched(p.run)
 
 
-def sched(run) -> dict[str, float]:
+def median_sched(run: Run) -> dict[str, float]:
     """The median profiled step over ranks (ms): the training thread's CPU and run-queue wait, and its process's CPU on
     other threads (gloo's, the profiler's); nan where not recorded."""
     rows = [(x.cpu_us, x.wait_us, x.process_cpu_us - x.cpu_us) for t in run.ranks for x in t.meta.train_thread if x.process_cpu_us is not None]
@@ -111,7 +111,7 @@ def cell_overlap(cell: str) -> Overlap:
 def cell_pairs(cell: str) -> tuple[float, list[dict], list[dict]]:
     """The cell's measured slowdown, its (op, round) pairs: beside an all-reduce in A (share over 0.5), beside
     nothing in B (under 0.1), at least 0.3 ms with nothing beside, each with its rank's control A / B; and per round
-    the schedstat of A and of B (``sched``)."""
+    the schedstat of A and of B (``median_sched``)."""
     ov = cell_overlap(cell)
     rows, rounds = [], []
     for a in sorted(glob.glob(os.path.join(cell, "*", "verify", "round*-A"))):

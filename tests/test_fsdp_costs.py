@@ -134,13 +134,13 @@ def test_bytes_of_a_fit_without_bandwidth_cost_gloos_measured_price_per_byte():
     flat = Topology(2, 1, AlphaBeta(0.0, 0.0), AlphaBeta(0.0, 0.0), overhead_us=4000.0)
     assert no_bandwidth(flat) and not no_bandwidth(Topology(2, 1, LINK, LINK, overhead_us=4000.0))
     priced = ddp_to_fsdp(set_topology(g, flat))
-    link = AlphaBeta(0.0, host.us_per_byte * stretch)
+    link = AlphaBeta(0.0, host.call_us_per_byte * stretch)
     assert [float(priced.dur[c.node]) for c in fsdp_collectives(priced)] == pytest.approx(
         [float(x.dur[c.node]) for x in [ddp_to_fsdp(set_topology(g, dataclasses.replace(flat, intra=link, inter=link)))]
          for c in fsdp_collectives(x)])
     colls = np.array([c.node for c in fsdp_collectives(priced)])
-    assert host.us_per_byte > 0 and priced.dur[colls] == pytest.approx(
-        host.call_us * stretch + allreduce_equivalent_bytes(priced, colls) * host.us_per_byte * stretch)
+    assert host.call_us_per_byte > 0 and priced.dur[colls] == pytest.approx(
+        host.call_us * stretch + allreduce_equivalent_bytes(priced, colls) * host.call_us_per_byte * stretch)
     assert "showed no bandwidth" in host_note(set_topology(g, flat)) and "showed no bandwidth" not in host_note(
         set_topology(g, Topology(2, 1, LINK, LINK, overhead_us=4000.0)))
 

@@ -94,7 +94,7 @@ def test_whatif_moves_only_with_cores_and_only_with_the_cpu(graph):
     assert within == evaluate(graph, [Scenario()], Cluster(cores=2), tolerance_pct=None)["scenarios"][0].predicted_iter_ms
 
 
-def with_named(g, cpu_us: float, train_us: float, pool_us: float, other_us: float, more: dict | None = None):
+def with_named(g, cpu_us: float, train_us: float, pool_us: float, other_us: float, more: dict[str, OtherThreads] | None = None):
     """``g`` with every step's CPU recorded by thread name, as the TF window has since 2026-12-06: the training thread
     ``train_us``, the ``tf_Compute`` pool (the lanes' threads) ``pool_us``, ``collective_ops`` (off the lanes) ``other_us``,
     ``more`` names, the process ``cpu_us``."""

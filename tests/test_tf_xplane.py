@@ -327,19 +327,19 @@ def test_per_rank_figures_of_one_warning_are_merged_into_ranges():
     from types import SimpleNamespace
 
     from dagprof.traces.meta import RunWarning
-    from dagprof.traces.tf_xplane import merge_epoch_gaps
+    from dagprof.traces.tf_xplane import merge_rank_figures
 
     def rank(*texts):
         return SimpleNamespace(meta=SimpleNamespace(warnings=[RunWarning(t) for t in texts]))
 
     a = rank("XLA compiled programs inside 2 of 2 profiled steps, 6587 ms a step of 10284 ms: x", "other 1")
     b = rank("XLA compiled programs inside 2 of 2 profiled steps, 7001 ms a step of 10290 ms: x", "other 2")
-    merge_epoch_gaps([a, b])
+    merge_rank_figures([a, b])
     assert {str(w) for t in (a, b) for w in t.meta.warnings} == {
         "XLA compiled programs inside 2 of 2 profiled steps, 6587-7001 ms a step of 10284-10290 ms: x", "other 1", "other 2"}
     c = rank("an epoch ends inside the window (after step 7: the step numbers restart), 1930.5 ms between the epochs")
     d = rank("an epoch ends inside the window (after step 7: the step numbers restart), 1932.0 ms between the epochs")
-    merge_epoch_gaps([c, d])
+    merge_rank_figures([c, d])
     assert str(c.meta.warnings[0]) == str(d.meta.warnings[0]) and "1930.5-1932.0 ms" in str(c.meta.warnings[0])
 
 

@@ -60,3 +60,10 @@ def test_a_file_beside_the_jobs_is_said_in_one_line(kept, capsys):
     out, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and "tb-hvd_lstm_lm-pair.json" in err and "Traceback" not in err
     assert len([line for line in out.splitlines() if "tb-hvd_lstm_lm-0-200M" in line]) == 2
+
+
+def test_a_pair_file_without_its_rates_is_said_in_one_line(kept, capsys):
+    (kept / "tb-hvd_lstm_lm-pair.json").write_text(json.dumps({"rate_bit": 1e9}))
+    assert main(["--pairs", str(kept)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "tb-hvd_lstm_lm-pair.json" in err and "other_rate_bit" in err

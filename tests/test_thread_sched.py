@@ -19,22 +19,41 @@ def _worker(go: threading.Event, done: threading.Event, leave: threading.Event) 
     leave.wait()  # alive at the step's end: a thread that ended within a step loses its part
 
 
-def test_another_threads_cpu_and_runs_within_a_step_are_counted_as_others():
-    go, done, leave = threading.Event(), threading.Event(), threading.Event()
-    worker = threading.Thread(target=_worker, args=(go, done, leave))
+def _named_worker(name: str | None, named: threading.Event, go: threading.Event, done: threading.Event, leave: threading.Event) -> None:
+    if name is not None:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:  # as TF names its pools' threads
+            f.write(name)
+    named.set()
+    _worker(go, done, leave)
+
+
+def _step_beside_a_worker(*scheds: ThreadSched, name: str | None = None) -> None:
+    """Step 3 of each of ``scheds`` (opened here, closed after) while another thread (named ``name``) burns ``WORK_NS`` of
+    its own CPU inside it."""
+    named, go, done, leave = (threading.Event() for _ in range(4))
+    worker = threading.Thread(target=_named_worker, args=(name, named, go, done, leave))
     worker.start()
-    sched = ThreadSched()
-    sched.open()
+    named.wait()
+    for s in scheds:
+        s.open()
     try:
-        sched.begin()
+        for s in scheds:
+            s.begin()
         go.set()
         done.wait()
-        time.sleep(0.01)  # the worker blocks in ``leave.wait``: switched out, its schedstat is current
-        sched.end(3)
+        time.sleep(0.01)  # the worker blocks in ``leave.wait``
+        for s in scheds:
+            s.end(3)
     finally:
         leave.set()
         worker.join()
-        sched.close()
+        for s in scheds:
+            s.close()
+
+
+def test_another_threads_cpu_and_runs_within_a_step_are_counted_as_others():
+    sched = ThreadSched()
+    _step_beside_a_worker(sched)
     assert [s for s, *_ in sched.others] == [3] == [s for s, *_ in sched.steps]
     _, cpu, wait, runs = sched.others[0]
     assert cpu >= WORK_NS and wait >= 0 and runs >= 1
@@ -55,36 +74,11 @@ def test_a_step_begun_on_another_thread_records_nothing_and_old_records_load_wit
     assert x.others is None
 
 
-def _named_worker(name: str, named: threading.Event, go: threading.Event, done: threading.Event, leave: threading.Event) -> None:
-    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:  # as TF names its pools' threads
-        f.write(name)
-    named.set()
-    _worker(go, done, leave)
-
-
 def test_by_name_keeps_each_thread_names_cpu_apart_and_the_names_sum_to_the_others():
     """TF's window (``by_name``) keeps the other threads' CPU per thread name, the kernel's 15 characters of it, so a reader
     tells the pools' lanes' threads (``tf_Compute``) from the rest; the names' parts sum to ``others``."""
-    named, go, done, leave = threading.Event(), threading.Event(), threading.Event(), threading.Event()
-    worker = threading.Thread(target=_named_worker, args=("dp_pool_worker_long", named, go, done, leave))
-    worker.start()
-    named.wait()
     sched, plain = ThreadSched(by_name=True), ThreadSched()
-    sched.open()
-    plain.open()
-    try:
-        sched.begin()
-        plain.begin()
-        go.set()
-        done.wait()
-        time.sleep(0.01)
-        sched.end(3)
-        plain.end(3)
-    finally:
-        leave.set()
-        worker.join()
-        sched.close()
-        plain.close()
+    _step_beside_a_worker(sched, plain, name="dp_pool_worker_long")
     assert plain.named == {} and "dp_pool_worker_long" not in sched.named
     ((step, cpu, wait, runs),) = sched.named["dp_pool_worker_"]
     assert step == 3 and cpu >= WORK_NS and runs >= 1

@@ -6,13 +6,17 @@ host plane ran (their ``program_id``). The reader labels the main thread's host 
 
 ``--compiles`` (a window whose steps compile, TF's ``jit_compile=True``): also drop what XLA's compiler records inside its
 outermost ranges (its passes, the codegen threads' fusions: most of such a file), keeping those ranges, which the reader
-counts (``traces.tf_xplane._XLA_COMPILE``).
+counts (``traces.tf_xplane.XLA_COMPILE``, read from there so the two name the same ranges).
 TensorFlow's ``xplane_pb2`` is the protobuf (run it with TensorFlow's Python).
 """
 import gzip
+import os
 import sys
 
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
+from dagprof.traces.tf_xplane import XLA_COMPILE  # noqa: E402
 
 
 def slim(space: xplane_pb2.XSpace) -> None:
@@ -35,13 +39,10 @@ def slim(space: xplane_pb2.XSpace) -> None:
                     del plane.event_metadata[k]
 
 
-OUTER = ("CpuCompiler::RunBackend", "CpuCompiler::RunHloPasses", "JitCompiler::Compile")
-
-
 def slim_compiles(space: xplane_pb2.XSpace) -> None:
     """Drop every event that lies inside one of XLA's outermost compile ranges on its line, and the codegen threads' events."""
     for plane in space.planes:
-        outer = {k for k, m in plane.event_metadata.items() if m.name in OUTER}
+        outer = {k for k, m in plane.event_metadata.items() if m.name in XLA_COMPILE}
         for line in plane.lines:
             if "xla-cpu-codegen" in line.name:
                 del line.events[:]

@@ -38,7 +38,7 @@ COMPUTE = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE)
 
 
 @dataclass(frozen=True)
-class RankCpu:
+class RankMedians:
     """One rank of one job, medians over steps, ms (NaN where no step qualifies)."""
 
     step_out: float
@@ -56,8 +56,8 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def job_cpu(path: str) -> dict[int, RankCpu]:
-    """Every rank's ``RankCpu`` of one job folder; {} where its collector recorded no process CPU (older runs)."""
+def job_cpu(path: str) -> dict[int, RankMedians]:
+    """Every rank's ``RankMedians`` of one job folder; {} where its collector recorded no process CPU (older runs)."""
     loop = open_run(path).graph.meta.loop_steps
     if loop is None or not loop.sched:
         return {}
@@ -83,7 +83,7 @@ def job_cpu(path: str) -> dict[int, RankCpu]:
             outside.append(loop.profiled[t.rank][s] / 1e3 - comm[-1])
             f = (e.step == s) & np.isin(e.kind, COMPUTE) & np.isin(e.lane, main) & (e.depth == 0)
             compute.append(float(e.dur[f].sum()) / 1e3)
-        out[t.rank] = RankCpu(
+        out[t.rank] = RankMedians(
             step_out=_median([loop.unprofiled[t.rank][s] / 1e3 for s in unprof]), others_out=_median([others(s) for s in unprof]),
             wait_out=_median([sched[s].wait_us / 1e3 for s in unprof]), step_in=_median([loop.profiled[t.rank][s] / 1e3 for s in prof]),
             others_in=_median([others(s) for s in prof]), wait_in=_median([sched[s].wait_us / 1e3 for s in prof]),
@@ -95,8 +95,8 @@ def job_cpu(path: str) -> dict[int, RankCpu]:
 class PairRates:
     """One round's rank at the faster rate (A, the profiled job) and the slower (B, the measured job)."""
 
-    fast: RankCpu
-    slow: RankCpu
+    fast: RankMedians
+    slow: RankMedians
 
     @property
     def comm_change(self) -> float:
@@ -117,9 +117,12 @@ def kept_pairs(kept: str) -> dict[tuple[str, int], dict[int, PairRates]]:
     out = {}
     for pair_file in sorted(glob.glob(os.path.join(kept, "tb-*-pair.json"))):
         name = os.path.basename(pair_file)[3:-len("-pair.json")]
-        with open(pair_file) as f:
-            pair = json.load(f)
-        fast, slow = (int(pair[k] / 1e6) for k in ("rate_bit", "other_rate_bit"))
+        try:
+            with open(pair_file) as f:
+                pair = json.load(f)
+            fast, slow = (int(pair[k] / 1e6) for k in ("rate_bit", "other_rate_bit"))
+        except (OSError, ValueError, TypeError, KeyError) as e:  # not a testbed round's pair file
+            raise DagprofError(f"not a testbed pair file (rate_bit, other_rate_bit): {e!r}", pair_file) from None
         k = 0
         while os.path.isdir(a := os.path.join(kept, f"tb-{name}-{k}-{fast}M")) and os.path.isdir(b := os.path.join(kept, f"tb-{name}-{k}-{slow}M")):
             ja, jb = job_cpu(a), job_cpu(b)
@@ -136,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs:
         print("round script k rank | comm wall A -> B | others out A -> B (per ms) | others in A -> B (per ms) | compute B/A | step - comm A -> B")
         for kept in args.paths:
-            for (name, k), ranks in kept_pairs(kept).items():
+            try:
+                pairs = kept_pairs(kept)
+            except DagprofError as e:
+                print(f"not read: {e}", file=sys.stderr)
+                return 1
+            for (name, k), ranks in pairs.items():
                 for r, p in ranks.items():
                     print(f"{kept} {name} {k} {r} | {p.fast.comm_wall:6.1f} -> {p.slow.comm_wall:6.1f} | {p.fast.others_out:5.1f} -> "
                           f"{p.slow.others_out:5.1f} ({p.per_comm_ms(False):+.3f}) | {p.fast.others_in:5.1f} -> {p.slow.others_in:5.1f} "

@@ -114,7 +114,7 @@ class FsdpHost:
     ``release_us`` + ``release_us_per_byte`` per gathered byte: how much later than the first rank gloo's all-gather
     releases the other where the ranks compute between their calls, as a job does, beyond the release ``call_us`` holds
     (timed from a barrier); which rank alternates (``bench/fsdp_release.py``). A DDP profile's link, fitted where its
-    first rank saw each all-reduce done, holds none of it. ``us_per_byte``: what gloo's calls cost per all-reduce-equivalent
+    first rank saw each all-reduce done, holds none of it. ``call_us_per_byte``: what gloo's calls cost per all-reduce-equivalent
     byte beyond ``call_us`` (the slope of the all-gathers' means over 4 KiB-1 MiB), the price of FSDP's bytes where the DDP
     profile's collectives showed no bandwidth (``passes.data_parallel.no_bandwidth``)."""
 
@@ -124,7 +124,7 @@ class FsdpHost:
     scatter_us: float = 0.0
     release_us: float = 0.0
     release_us_per_byte: float = 0.0
-    us_per_byte: float = 0.0
+    call_us_per_byte: float = 0.0
 
 
 # torch version (major.minor) -> FSDP2's host work (``FsdpHost``): measured under the lock held alone, 2 gloo ranks, not fitted to
@@ -155,8 +155,9 @@ class FsdpHost:
 # byte (each run's own 1.91 / 1.79 / 1.88; their medians' 1.23 / 1.50 / 1.93); the reduce-scatters' lines lose it in their
 # tail (-0.04 to +1.16), so the all-gathers' for both kinds, as the link model prices both by their all-reduce equivalent.
 FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
-                                                   (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2,
-                                                   0.314e3 - 0.110e3, 0.159e3 / 2**20, 1.863e-3)}
+                                                   call_us=(491.0 + 602.0) / 2, scatter_us=(1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2,
+                                                   release_us=0.314e3 - 0.110e3, release_us_per_byte=0.159e3 / 2**20,
+                                                   call_us_per_byte=1.863e-3)}
 
 
 @dataclass(frozen=True)

@@ -192,9 +192,9 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     """A TF/JAX ``--workers`` answer for more ranks than the profiled host's cores, said in one line where it is not priced
     for ranks that share the cores. ``--cores`` prices it where the run recorded each rank's process CPU (``share_cores``:
     the lanes' op times scaled to the lanes' threads' CPU where recorded by thread name, else by the rank's CPU over wall,
-    the threads off the lanes queued beside the collectives; 4 TF
-    workers on the testbed's 2 cores, ``bench/bench_workers_testbed.py --hosts``, 2026-12-06: -23..-20 % -> -4..-0 % for
-    ``tf_mlp_fit.py``, +12..+29 % -> -2..+9 % for ``tf_siamese_loop.py`` against the unprofiled 4-worker step); without
+    the threads off the lanes queued beside the collectives; 4 TF workers on the testbed's 2 cores,
+    ``bench/bench_workers_testbed.py --hosts``, 2026-12-06: -23..-20 % -> -4..-0 % for ``tf_mlp_fit.py``, +12..+29 % ->
+    -2..+9 % for ``tf_siamese_loop.py`` against the unprofiled 4-worker step, both priced by the stand-in); without
     ``--cores`` each rank keeps cores of its own, said with the rank's CPU and the share of the cores N ranks need at the
     predicted step ``step_us``. A run that did not record the CPU (before 2026-12-06) is said not priced either way:
     ``--cores`` then queues only the lanes' ops at their profiled times, and the collective executor's, gRPC's and the

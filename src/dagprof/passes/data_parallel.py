@@ -52,7 +52,7 @@ as the hooks, at the slowest rank's, where the fit's overhead held the load) in 
 per collective: fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the
 held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Where that fit saw no bandwidth (its all-reduces'
 durations did not grow with their size: all of their time in the overhead, ``no_bandwidth``), FSDP's bytes cost gloo's
-measured time per byte beyond a call's (``FsdpHost.us_per_byte``, stretched alike), not nothing: 12 of the 28 kept LM/GRU
+measured time per byte beyond a call's (``FsdpHost.call_us_per_byte``, stretched alike), not nothing: 12 of the 28 kept LM/GRU
 DDP profiles (two buckets a step) fitted so, and their conversions had priced each 0.8 MiB reduce-scatter 0.58 ms where
 their FSDP2 jobs took 1.5-2.7 (a DTensor step priced 2.1x the jobs' own had covered it). Gloo's reduce-scatter costs more per call (1.48 ms
 at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
@@ -249,8 +249,8 @@ def host_note(g: Graph) -> str:
                "per MiB gathered after the other (bench/fsdp_release.py, quiet, compute between the calls; which rank alternates)"
                if host.release_us or host.release_us_per_byte else "")
             + (f"; the profile's all-reduces showed no bandwidth (their time did not grow with their size), so FSDP's bytes at gloo's "
-               f"measured {host.us_per_byte * 1e3:.2f} ns per all-reduce-equivalent byte (bench/fsdp_call_sizes.py), stretched as the call"
-               if host.us_per_byte and no_bandwidth(current_topology(g)) else "") + "; ")
+               f"measured {host.call_us_per_byte * 1e3:.2f} ns per all-reduce-equivalent byte (bench/fsdp_call_sizes.py), stretched as the call"
+               if host.call_us_per_byte and no_bandwidth(current_topology(g)) else "") + "; ")
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -557,7 +557,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         if no_bandwidth(topo):
             # the fit put every DDP all-reduce's time in that overhead, just replaced: FSDP's bytes at gloo's measured cost per
             # byte, stretched as the call's (the load sat in the overhead with the rest)
-            link = AlphaBeta(0.0, host.us_per_byte * call_load)
+            link = AlphaBeta(0.0, host.call_us_per_byte * call_load)
             topo = dataclasses.replace(topo, intra=link, inter=link)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
 

@@ -304,8 +304,8 @@ class _Placement:
     dropped: int  # responses to requested tensors left out (no request before them, or not a collective we model)
     own: set[str]  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
     served: int  # rank 0's requests with their response
-    own_responses: int = 0  # the responses that performed them
-    own_us: float = 0.0  # their spans on the timeline, summed (us)
+    own_responses: int  # the responses that performed them
+    own_us: float  # their spans on the timeline, summed (us)
 
 
 @dataclass

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import read_input
+from ..intervals import union
 from . import formats
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .host_segments import HostSegments, flatten
@@ -72,7 +73,7 @@ _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch'
 _CONTROL_FLOW = re.compile(r"(?:^|(?<=/))(?:(?:cond|while)(?:_\d+)?/(?:(?:then|else|body)/_\d+/)?|(?:Stateful)?PartitionedCall(?:_\d+)?/)+")
 _VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 # XLA's CPU compiler, outermost ranges (TF's jit_compile and JAX's jit alike); a compile's codegen threads are not counted
-_XLA_COMPILE = ("CpuCompiler::RunBackend", "CpuCompiler::RunHloPasses", "JitCompiler::Compile")
+XLA_COMPILE = ("CpuCompiler::RunBackend", "CpuCompiler::RunHloPasses", "JitCompiler::Compile")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -100,7 +101,7 @@ _MERGED = ("an epoch ends inside the window", "XLA compiled programs inside")  #
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
-def merge_epoch_gaps(ranks: list[RankTrace]) -> None:
+def merge_rank_figures(ranks: list[RankTrace]) -> None:
     """Say once for the job what every rank sees in the same words but its own figures (an epoch's end inside the window:
     12283 and 12285 ms between the epochs; XLA's compiles inside the steps): each such warning (``_MERGED``) is rewritten
     with every figure as the ranks' range (in place)."""
@@ -271,18 +272,14 @@ class _Reader:
         ``compile(jit_compile=True)`` under MultiWorkerMirroredStrategy compiled the train step again in every step, profiled
         or not (2026-12-06, ``bench/frameworks/tf_tft_forecast_fit.py --jit`` on one worker: 6.6 s of a 10.3 s step, the
         unprofiled steps 5.9-27 s, 36 ms without XLA); ``analyze`` had shown it only as "another thread, before other compute op"."""
-        mids = self.mids(*_XLA_COMPILE)
+        mids = self.mids(*XLA_COMPILE)
         if not mids:
             return
         spans = []
         for k, ln in enumerate(self.lines):
             rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
             if len(rows):
-                t0, t1 = self.t0[k][rows], self.t1[k][rows]
-                order = np.argsort(t0)
-                t0, t1 = t0[order], t1[order]
-                outer = np.r_[True, t0[1:] >= np.maximum.accumulate(t1)[:-1]]  # nested compiles counted once
-                spans.append(np.stack([t0[outer], np.maximum.accumulate(t1)[np.r_[np.flatnonzero(outer)[1:] - 1, len(t1) - 1]]], 1))
+                spans.append(union(self.t0[k][rows], self.t1[k][rows]))  # a thread's nested compiles counted once
         if not spans:
             return
         span = np.concatenate(spans)

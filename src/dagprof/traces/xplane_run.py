@@ -26,7 +26,7 @@ from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, split_at_window, step_scheds, tx_bytes_per_step, warnings_of
 from .run_schema import Count, CpuList, checked_cpu_set, refuse_ranks_beyond
-from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
+from .tf_xplane import merge_rank_figures, rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
 
 
@@ -149,7 +149,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
     check_same_job(ranks, folder)
     refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
-    merge_epoch_gaps(ranks)
+    merge_rank_figures(ranks)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(framework=manifest.framework, warnings=warnings_of(warnings),
                                                   rank_gaps=gaps, padded_gathers=padded))
@@ -181,7 +181,7 @@ def _from_logdirs(folder: str) -> Run:
     check_same_job(ranks, folder)
     refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
-    merge_epoch_gaps(ranks)
+    merge_rank_figures(ranks)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
                                                   warnings=warnings_of(warnings)))
