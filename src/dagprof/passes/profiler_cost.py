@@ -256,7 +256,7 @@ def tf_load_only(cost: ProfilerCost, held: ProfilerCost) -> ProfilerCost:
     cannot make was a load, not the profiler's: a fresh ``tf_tft_forecast_fit.py`` run (Keras ``fit``, 2 workers) read
     43.0 ms profiled against 22.3 unprofiled as a 48 % profiler cost while its ranks' CPU rose 6.5 ms a step (12.6 at the
     pace outside the window) and their training threads waited 15.9 ms a step for a core in the window against 2.1 outside;
-    on the namespace testbed at load 3 the same script's 9 jobs' windows ran -54 to +17 % against their unprofiled steps
+    on the namespace testbed at load 3 the same script's 9 jobs' windows ran -35 to +21 % against their unprofiled steps
     (median +5 %; docs/evidence.md, branch tftcost). Where the CPU explains the cost, its bound (``bound_factor``) is not
     taken: TF's ops run on the thread pools while the thread marking the steps waits, so the pace the CPU is held at
     (``outside_stretch``) is not the work's, and held to it 2 of 3 fresh TF Siamese profiles' models moved from +8.5 / +9.6 %
