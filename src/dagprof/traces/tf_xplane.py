@@ -587,10 +587,12 @@ class _Reader:
         them, its loop op 0.04 to 265 ms, its other all-reduces ops of their own. Such a step held fewer joins of ranks
         than its neighbours, the nested all-reduces timed only as the loop op, and each op's mean over the steps paired
         unlike work: a loop op averaged to tens of ms beside all-reduces averaged over other iterations, and joins
-        paired with other iterations' (the averaged replay +2.1 to +24.8 % on 8 runs). Read so, every step holds every
-        iteration's ops, each all-reduce a join. Before the flows are read, so that what a body op released leaves from
-        it. A loop whose body runs inside it in most steps is ``_async_loops``' (it nests the others); one whose body
-        never ran outside it keeps it (``lax.scan`` LMs: its collectives timed as the loop op, ``Parallelism.looped_dp``)."""
+        paired with other iterations' (the averaged replay +2.1 to +17.9 % on 8 runs). Read so, every step holds every
+        iteration's ops, each all-reduce a join: -0.23 to +0.32 % on those 8, +0.06 to +0.52 % on 5 fresh runs
+        (``tf-jax/lstm-lm-jit``'s scan, 4 of 128 all-reduces inline: +1.44 -> +0.00 %). Before the flows are read, so
+        that what a body op released leaves from it. A loop whose body runs inside it in most steps is ``_async_loops``'
+        (it nests the others); one whose body never ran outside it keeps it (``tf-jax/scan-rnn``: its collectives timed
+        as the loop op, ``Parallelism.looped_dp``)."""
         c = self.tab.columns()
         top, loops, body = _loop_bodies(c, self.lane_of[self.main])
         if not body:
