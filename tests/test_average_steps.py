@@ -232,7 +232,9 @@ def test_a_thread_pools_ops_are_matched_over_its_threads():
     pool = pooled_lanes(g, background_lanes(g))
     pooled = [sorted(g.devices[d].name.split("/")[1] for d in np.flatnonzero(pool == p)) for p in np.unique(pool)
               if (pool == p).sum() > 1]
-    assert pooled == [["tf_XLAEigen"] * 2, ["tf_XLAEigen"] * 2 + ["tf_XLAPjRtCpuClient"]]  # per rank; main threads never
+    # per rank; main threads never. Rank 0's client thread joined once the scan's body ran as ops of their own in every
+    # step (``traces.tf_xplane._Reader._split_loops``): the body's ops it ran inline had been nested in its loop op
+    assert pooled == [["tf_XLAEigen"] * 2 + ["tf_XLAPjRtCpuClient"]] * 2
     a = open_run(path, template=True).analysis
     assert abs(a.predicted_us / a.measured_us - 1) < 0.03
     vit = open_run(DATA / "tf-jax" / "vit-loopback").graph  # ops that keep their threads: no pool
@@ -263,23 +265,23 @@ def test_a_loaded_scan_replays_as_measured_and_averaged_within_3_percent():
     assert abs(avg.predicted_us / avg.measured_us - 1) < 0.03
 
 
-def test_joins_a_fori_loop_times_inside_its_op_are_read_on_their_own():
+def test_a_fori_loop_whose_iterations_ran_partly_inside_its_op_reads_alike_in_every_step():
     """``tf-jax/flow-fori`` (``bench/frameworks/jax_flow_fori.py``: 8 coupling layers under ``fori_loop``, each layer's
-    gradient all-reduced inside the loop): XLA's loop op alone times some of those all-reduces, a different few each step
-    and rank, so the steps hold 4 to 9 joins, some joined by one rank. Read through the twins of their predecessors (as a
-    Horovod join some steps lack), three joins a step took 22-26 ms of wait each from other iterations' arrivals: the
-    averaged replay +30.6 %. Each join is now read on its own (+3.3 %), and the averaged replay says why its steps differ."""
+    gradient all-reduced inside the loop): XLA ran 0 to 7 of the backward loop's iterations inside its op (0.04 to 118 ms)
+    and the rest after it, a different few each step and rank, so the steps held 4 to 9 joins, the others timed only as
+    the loop op, and each op's mean paired unlike work: the averaged replay +30.6 %, +3.3 % with each join read on its
+    own. The loop's body is now ops of their own in every step (``traces.tf_xplane._Reader._split_loops``): 9 joins a
+    step, none timed as a loop op, and the averaged replay -0.2 %."""
     path = DATA / "tf-jax" / "flow-fori"
     p = open_run(path)
-    assert p.graph.meta.parallel.looped_dp[0] > 0
+    assert p.graph.meta.parallel.looped_dp[0] == 0
     assert abs(p.analysis.predicted_us / p.analysis.measured_us - 1) < 0.005
-    sync = np.bincount(p.graph.step[p.graph.kind == Kind.SYNC])
-    assert len(set(sync[sync > 0].tolist())) > 1  # steps with different numbers of joins
+    window = np.isin(p.graph.step, p.graph.meta.steps)
+    sync = np.bincount(p.graph.step[(p.graph.kind == Kind.SYNC) & window])
+    assert set(sync[sync > 0].tolist()) == {9}  # every step: 8 iterations' all-reduces and the loss's
     avg = open_run(path, template=True)
-    assert abs(avg.analysis.predicted_us / avg.analysis.measured_us - 1) < 0.08
-    said = [w for w in avg.warnings if w.startswith("averaged replay: ")]
-    assert len(said) == 1 and "inside XLA loop ops" in said[0] and "\n" not in said[0]
-    assert not any(w.startswith("averaged replay: ") for w in p.warnings)
+    assert abs(avg.analysis.predicted_us / avg.analysis.measured_us - 1) < 0.03  # a fixed recording
+    assert not any(w.startswith("averaged replay: ") for w in avg.warnings + p.warnings)
 
 
 def test_a_pool_op_keeps_its_time_beyond_its_twins_median_in_its_step():

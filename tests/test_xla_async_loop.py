@@ -78,3 +78,25 @@ def test_the_rule_nests_an_exceptional_async_body_and_names_it_apart_where_its_t
     before = {k: v.copy() for k, v in c.items()}
     _Reader._async_loops(usual, c)
     assert all((c[k] == before[k]).all() for k in c) and "while.1 (async)" not in usual.tab.names
+
+
+def test_a_loop_whose_body_usually_runs_after_it_holds_none_of_it():
+    """Its usual way (steps 1-3: the body after the loop op, on thread 2): where it held its body (step 0), the body's ops
+    are ops of their own there too, and the loop op only its head, up to the first of them; the line's nodes follow."""
+    usual, c = _reader_rows(async_steps=(1, 2, 3))
+    usual.lane_of, usual.nodes = {0: 0, 1: 1, 2: 2}, {}
+    _Reader._split_loops(usual)
+    c = usual.tab.columns()
+    names = [usual.tab.names[n] for n in c["name"]]
+    loop = [i for i, n in enumerate(names) if n == "while.1"]
+    assert [float(c["dur"][i]) for i in loop] == [1.0, 5.0, 5.0, 5.0]  # step 0's: until body.a began
+    assert not (c["depth"] > 0).any()
+    starts, rows = usual.nodes[1]
+    assert [names[i] for i in rows] == ["while.1", "body.a", "body.b"] + ["while.1"] * 3 and (np.diff(starts) >= 0).all()
+    _Reader._async_loops(usual, c)  # then nothing is left for it to nest
+    assert not (c["depth"] > 0).any() and c["dur"][loop[0]] == 1.0
+    rare, c = _reader_rows()  # async in one step of four: _async_loops' (it nests that step's body), not split
+    rare.lane_of, rare.nodes = {0: 0, 1: 1, 2: 2}, {}
+    before = {k: v.copy() for k, v in c.items()}
+    _Reader._split_loops(rare)
+    assert all((c[k] == before[k]).all() for k in c) and rare.nodes == {}

@@ -141,9 +141,9 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur), gap=np.where(keep, g.gap, gap),
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse]),
                                            ready_spread=g.ready_spread.where(keep)), background)  # one step's spread: not the mean's
-    for note in (_too_few_steps(g, entry), _looped_note(g)):
-        if note:
-            out.meta.warnings.append(note)
+    note = _too_few_steps(g, entry)
+    if note:
+        out.meta.warnings.append(note)
     if replayer is None:
         return out
     wait = np.where(keep, 0.0, join_waits(g, out, inverse, ~keep, replayer)[inverse])
@@ -313,17 +313,6 @@ def pool_delays(group: np.ndarray, mine: np.ndarray, time: np.ndarray) -> np.nda
     return out
 
 
-def _looped_note(g: Graph) -> str | None:
-    """The one-line warning for steps that hold different joins (``looped_collectives``): their mean stands for none."""
-    n = looped_collectives(g)
-    if not n:
-        return None
-    return (f"averaged replay: {n} data-parallel collectives of the window ran inside XLA loop ops that alone time them, so "
-            "the steps hold different joins of ranks and their means pair unlike steps (8 runs of a fori_loop flow, "
-            "bench/frameworks/jax_flow_fori.py: +2.1 to +17.9 %; a lax.scan LM's fixtures within 1.5 %); the replay of the steps "
-            "as measured (without --template) reproduces the run")
-
-
 def _too_few_steps(g: Graph, entry: np.ndarray) -> str | None:
     """The one-line warning for a mean of 2 steps that cannot be trusted to 1 %: where a rank's two measured steps differ by
     2 % of their mean or more (the mean is then 1 % or more from either, and which of them is the job's one step cannot
@@ -422,7 +411,7 @@ def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, r
     if p is None or not p.clock_us:
         return out
     clock = np.array([p.clock_us.get(r, np.nan) for r in range(int(g.rank.max()) + 1)] + [np.nan])  # index -1: no rank
-    measured = _join_lags(g, group, mine, p.mend + clock[g.rank], twins=not looped_collectives(g))
+    measured = _join_lags(g, group, mine, p.mend + clock[g.rank], twins=True)
     if measured is None:
         return out
     groups, lag, alternate, whole = measured
@@ -443,21 +432,6 @@ def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, r
             return new
         out = new
     return out
-
-
-def looped_collectives(g: Graph) -> int:
-    """How many data-parallel collectives of the window ran inside an XLA loop op that alone times them (0: none).
-
-    Such a step holds fewer joins than its neighbours, and which of the loop's iterations has a join differs from step to
-    step and rank to rank (a RealNVP flow's 8 coupling layers under ``fori_loop``, ``bench/frameworks/jax_flow_fori.py``:
-    9, 4, 9, 9, 9, 7, 9, 9 joins a step, some joined by one rank). Read through the twins of their predecessors (a
-    Horovod join's way), a join was paired with another iteration's arrivals: 22-26 ms of wait added to each of 3 joins a
-    step, the averaged replay +6.2 to +30.6 % over 5 runs (3.3 to 13.1 % with each join read on its own; 3 held-out runs
-    +17.9 / +14.0 / +24.8 -> +17.9 / +5.1 / +8.0 %). Not resolved (``_looped_note`` says so): a loop op times some steps'
-    all-reduces where their own nodes time others' (a held-out step: rank 0's loop op 268 ms beside 302 ms of
-    collectives, rank 1's 0 ms), and each mean is taken apart."""
-    par = g.meta.parallel
-    return par.looped_dp[0] if par is not None else 0
 
 
 def exchange_waits(g: Graph, averaged: Graph, mine: np.ndarray, replayer: Replayer) -> np.ndarray:

@@ -206,6 +206,7 @@ class _Reader:
                            start=s0, dur=s1 - s0, depth=np.full(len(s0), -1), step=self.step_num)
         self.group_sizes = self._group_sizes()
         self.nodes = {k: self._ops_of_line(k, op_rows[k]) for k in self.lane_of}
+        self._split_loops()
         self._flows()
         self._run_steps()
         self._main_lane()
@@ -576,6 +577,44 @@ class _Reader:
                          layers=layers, groups=self.groups,
                          group_ranks=group_ranks, flows=flows, meta=meta)
 
+    def _split_loops(self) -> None:
+        """A loop op whose body usually runs on after it, outside it, holds none of it: where it held part of its body (or
+        all of it) in a step, its body's ops there are ops of their own, the loop op only its head, up to the first.
+
+        XLA's CPU runtime runs a ``while`` loop's iterations inline until one has to wait, then returns, and the rest go
+        on as tasks (``_async_loops``). How many ran inline differs from step to step and rank to rank: a RealNVP flow's
+        backward ``fori_loop`` (``bench/frameworks/jax_flow_fori.py``, 8 iterations, one all-reduce each) held 0 to 7 of
+        them, its loop op 0.04 to 265 ms, its other all-reduces ops of their own. Such a step held fewer joins of ranks
+        than its neighbours, the nested all-reduces timed only as the loop op, and each op's mean over the steps paired
+        unlike work: a loop op averaged to tens of ms beside all-reduces averaged over other iterations, and joins
+        paired with other iterations' (the averaged replay +2.1 to +17.9 % on 8 runs). Read so, every step holds every
+        iteration's ops, each all-reduce a join: -0.23 to +0.32 % on those 8, +0.06 to +0.52 % on 5 fresh runs
+        (``tf-jax/lstm-lm-jit``'s scan, 4 of 128 all-reduces inline: +1.44 -> +0.00 %). Before the flows are read, so
+        that what a body op released leaves from it. A loop whose body runs inside it in most steps is ``_async_loops``'
+        (it nests the others); one whose body never ran outside it keeps it (``tf-jax/scan-rnn``: its collectives timed
+        as the loop op, ``Parallelism.looped_dp``)."""
+        c = self.tab.columns()
+        top, loops, body = _loop_bodies(c, self.lane_of[self.main])
+        if not body:
+            return
+        depth, lane, name, step = c["depth"], c["lane"], c["name"], c["step"]
+        start, dur = c["start"], c["dur"]
+        went_on = np.array(list(body), dtype=np.int64)
+        usual = {int(name[i]) for i in body if _usual(loops, i, name, step, went_on)}
+        line_of = {v: k for k, v in self.lane_of.items()}
+        touched: set[int] = set()
+        for i in loops[np.isin(name[loops], list(usual))].tolist():
+            held = np.flatnonzero((lane == lane[i]) & (depth > 0) & (start >= start[i]) & (start < start[i] + dur[i]))
+            if not len(held):
+                continue
+            depth[held] -= 1
+            dur[i] = start[held].min() - start[i]
+            touched.add(int(lane[i]))
+        for ln in touched:  # the line's depth-0 ops again, by start (``_ops_of_line``)
+            rows = np.flatnonzero((lane == ln) & (depth == 0))
+            rows = rows[np.argsort(start[rows], kind="stable")]
+            self.nodes[line_of[ln]] = (start[rows], rows)
+
     def _async_loops(self, c: dict[str, np.ndarray]) -> None:
         """An XLA op whose body ran on after it ended, outside it, holds that body again, as in the steps where it ran inside.
 
@@ -592,36 +631,17 @@ class _Reader:
         another op meanwhile, it is named ``<op> (async)`` instead: without a twin among the steps whose loop holds its
         body, it keeps its own time, as its body's ops do (``passes.average_steps``). Only a loop that ran so in fewer of
         its steps than not: where that is its usual way (``tf-jax/lstm-lm-loaded``'s ``while.95``, in every step on both
-        ranks), its steps are alike as read, and averaged so (+0.03 %; +26 % with all but one step's body moved)."""
+        ranks: +0.03 %; +26 % with all but one step's body moved), ``_split_loops`` has read every step so already."""
         depth, lane, name, step, kind = c["depth"], c["lane"], c["name"], c["step"], c["kind"]
         start = c["start"]
         end = start + c["dur"]
-        ops = np.flatnonzero((depth >= 0) & (lane != self.lane_of[self.main]))
-        top, inner = ops[depth[ops] == 0], ops[depth[ops] > 0]
-        under: dict[int, set[int]] = {}  # nested op's name -> names of the ops it was nested in
-        for ln in np.unique(lane[inner]).tolist():
-            t = top[lane[top] == ln]
-            t = t[np.argsort(start[t], kind="stable")]
-            k = inner[lane[inner] == ln]
-            at = np.searchsorted(start[t], start[k], side="right") - 1  # the top op it started in (tops do not overlap)
-            ok = (at >= 0) & (kind[t[np.maximum(at, 0)]] != int(Kind.COMM_WAIT))  # not a client thread's wait for a run
-            for child, parent in set(zip(name[k[ok]].tolist(), name[t[at[ok]]].tolist())):
-                under.setdefault(child, set()).add(parent)
-        parent_of = {child: next(iter(p)) for child, p in under.items() if len(p) == 1}
-        if not parent_of:
+        top, loops, body = _loop_bodies(c, self.lane_of[self.main])
+        if not body:
             return
-        outside = top[np.isin(name[top], list(parent_of)) & (step[top] >= 0)]
-        loops = top[np.isin(name[top], list(set(parent_of.values())))]
-        body: dict[int, list[int]] = {}  # loop op row -> its body's rows that ran after it
-        for e in outside.tolist():
-            own = loops[(name[loops] == parent_of[int(name[e])]) & (step[loops] == step[e]) & (end[loops] <= start[e] + _TICK_US)]
-            if len(own):
-                body.setdefault(int(own[np.argmax(end[own])]), []).append(e)
         went_on = np.array(list(body), dtype=np.int64)
         moved: dict[int, int] = {}  # body row -> its loop op row
         for i, rows in sorted(body.items()):
-            twins = loops[(name[loops] == name[i]) & (step[loops] >= 0)]
-            if 2 * np.isin(twins, went_on).sum() >= len(twins):  # its usual way (``tf-jax/lstm-lm-loaded``: every step): as read
+            if _usual(loops, i, name, step, went_on):  # its usual way: ``_split_loops`` read it so
                 continue
             until = float(end[rows].max())
             busy = top[(lane[top] == lane[i]) & (start[top] >= end[i]) & (start[top] < until) & ~np.isin(top, rows)]
@@ -844,3 +864,38 @@ class _Reader:
         for i in todo:
             k = pos[int(c["step"][i])] = pos.get(int(c["step"][i]), -1) + 1
             c["seq"][i] = int(c["step"][i]) * _XLA_SEQ_PER_STEP + k
+
+
+def _loop_bodies(c: dict[str, np.ndarray], main_lane: int) -> tuple[np.ndarray, np.ndarray, dict[int, list[int]]]:
+    """(the depth-0 ops off the main thread, the loop ops among them, per loop op that ran in a step its body's ops
+    ran after it in that step, outside it: their rows). An op's body is the ops nested in it on its thread in some
+    step (by name: one parent op each); ``_split_loops`` and ``_async_loops`` bring such steps to one shape."""
+    depth, lane, name, step, kind = c["depth"], c["lane"], c["name"], c["step"], c["kind"]
+    start = c["start"]
+    end = start + c["dur"]
+    ops = np.flatnonzero((depth >= 0) & (lane != main_lane))
+    top, inner = ops[depth[ops] == 0], ops[depth[ops] > 0]
+    under: dict[int, set[int]] = {}  # nested op's name -> names of the ops it was nested in
+    for ln in np.unique(lane[inner]).tolist():
+        t = top[lane[top] == ln]
+        t = t[np.argsort(start[t], kind="stable")]
+        k = inner[lane[inner] == ln]
+        at = np.searchsorted(start[t], start[k], side="right") - 1  # the top op it started in (tops do not overlap)
+        ok = (at >= 0) & (kind[t[np.maximum(at, 0)]] != int(Kind.COMM_WAIT))  # not a client thread's wait for a run
+        for child, parent in set(zip(name[k[ok]].tolist(), name[t[at[ok]]].tolist())):
+            under.setdefault(child, set()).add(parent)
+    parent_of = {child: next(iter(p)) for child, p in under.items() if len(p) == 1}
+    outside = top[np.isin(name[top], list(parent_of)) & (step[top] >= 0)]
+    loops = top[np.isin(name[top], list(set(parent_of.values())))]
+    body: dict[int, list[int]] = {}  # loop op row -> its body's rows that ran after it
+    for e in outside.tolist():
+        own = loops[(name[loops] == parent_of[int(name[e])]) & (step[loops] == step[e]) & (end[loops] <= start[e] + _TICK_US)]
+        if len(own):
+            body.setdefault(int(own[np.argmax(end[own])]), []).append(e)
+    return top, loops, body
+
+
+def _usual(loops: np.ndarray, i: int, name: np.ndarray, step: np.ndarray, went_on: np.ndarray) -> bool:
+    """Whether loop op ``i``'s body ran on after it in at least half the steps its op ran in (its usual way)."""
+    twins = loops[(name[loops] == name[i]) & (step[loops] >= 0)]
+    return 2 * int(np.isin(twins, went_on).sum()) >= len(twins)
