@@ -124,10 +124,14 @@ def test_the_ddp_model_of_an_fsdp_job_counts_them_too():
 
 def test_the_step_befores_shells_make_the_loss_forward_the_fullest():
     """A script that keeps its loss: as its next loss's forward ends, the step before's shells are alive beside this
-    step's whole graph, every activation and what the loss saved."""
+    step's whole graph, every activation and what the loss saved. Where the loss saved nothing the root's forward end,
+    a moment before, holds as much and FSDP2's last all-gather output too: the shells are counted there."""
     g = build_graph(read_run(os.path.join(DATA, "fsdp", "loss-vocab")))
     g.meta.fsdp.layer_saved_bytes[LOSS_FORWARD] = 0
     with_nodes(g, {SAVED_OUTSIDE_LAYERS: 1000, PREVIOUS_GRAPH: 100000})
+    m = max(fsdp_peak(g).values(), key=lambda m: m.total)
+    assert m.at.startswith("forward end") and m.autograd == 101000 * SHELL
+    g.meta.fsdp.layer_saved_bytes[LOSS_FORWARD] = 10 * 2**20  # what the loss saved outweighs that output
     m = max(fsdp_peak(g).values(), key=lambda m: m.total)
     assert m.at == "loss forward" and m.autograd == 101000 * SHELL
 

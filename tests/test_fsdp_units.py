@@ -76,6 +76,23 @@ def test_memory_rises_with_coarser_units():
     assert peaks[0] < peaks[1] < peaks[2]
 
 
+def test_fsdp2_holds_the_last_units_all_gather_output_to_the_forwards_end():
+    """FSDP2 frees a unit's all-gather output in forward only at the next unit's copy-out, the last one's at the root's
+    post-forward: merged into the root, the whole model's output beside its gathered parameters as the forward ends
+    (bench/fsdp_fresh/mae_pretrain.py --units root peaked there, its loss inside the forward); FSDP1 keeps none."""
+    from dagprof.search.fsdp_memory import _full, _Job
+
+    g = graph(RESHARD4)
+    job = _Job(g, None, None)
+    assert job.last_gather == _full(job.units[job.others[-1]]) > 0  # the last block gathered in forward
+    m = merge_units(g, "merge:all")
+    whole = _full(m.meta.fsdp.units[0])
+    assert _Job(m, None, None).last_gather == whole
+    peak = max(fsdp_peak(m).values(), key=lambda p: p.total)
+    assert peak.at.startswith("forward end") and peak.gathered == pytest.approx(2 * whole)
+    assert _Job(graph(FSDP1), None, None).last_gather == 0
+
+
 def test_whatif_rows_give_time_and_memory_and_fewer_units_are_cheaper(capsys):
     assert main(["whatif", str(RESHARD4), "--units", "merge:1,merge:2,merge:all", "--no-trace", "--allow-model-error", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["scenarios"]
