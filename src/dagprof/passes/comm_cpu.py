@@ -187,9 +187,10 @@ def _per_step(g: Graph, sent: Sent, values: np.ndarray) -> dict[int, float]:
 def comm_cpu(g: Graph) -> CommCpu | None:
     """The profile's price of its collectives' CPU off the training thread: per rank, the median over its profiled steps of
     its process's CPU less its training thread's, over the bytes it sent a step (``_sent``). None where the profile did
-    not record its process's CPU, ``g`` is not the profile's own ranks (a pass rebuilt them: ``keep_comm_cpu`` first), or
-    not a PyTorch job on gloo: the price was measured there (Horovod's background loop, MXNet's engine threads and TF's
-    pools are other threads too, not per byte)."""
+    not record its process's CPU (on any rank: ``passes.compute.gloo_cpu_note`` says so under ``--cores``), ``g`` is not
+    the profile's own ranks (a pass rebuilt them: ``keep_comm_cpu`` first), or not a PyTorch job on gloo: the price was
+    measured there (Horovod's background loop, MXNet's engine threads and TF's pools are other threads too, not per
+    byte)."""
     if g.meta.comm_cpu is not None:
         return g.meta.comm_cpu
     loop = _gloo_loop(g)
@@ -222,6 +223,13 @@ def _off_thread(loop: LoopSteps, rank: int) -> list[tuple[StepSched, float]]:
     """``rank``'s profiled steps that recorded its process's CPU, each with its CPU off the training thread."""
     steps = loop.sched.get(rank, {})
     return [(x, c) for s in loop.profiled[rank] if (x := steps.get(s)) is not None and (c := x.off_thread_cpu_us) is not None]
+
+
+def unrecorded_cpu_ranks(g: Graph) -> list[int]:
+    """The ranks of an FSDP profile on gloo whose profiled steps recorded no process CPU: ``comm_cpu`` then has no price
+    and ``--cores`` queues no gloo CPU (``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
+    loop = _gloo_loop(g) if is_fsdp_graph(g) and g.meta.comm_cpu is None else None
+    return [] if loop is None else [r for r in sorted(loop.profiled) if not _off_thread(loop, r)]
 
 
 def keep_comm_cpu(g: Graph) -> Graph:
