@@ -93,7 +93,7 @@ def op_times(run_dir: str, rate: float | None) -> tuple[dict[tuple[int, str], tu
 def median_sched(run: Run) -> dict[str, float]:
     """The median profiled step over ranks (ms): the training thread's CPU and run-queue wait, and its process's CPU on
     other threads (gloo's, the profiler's); nan where not recorded."""
-    rows = [(x.cpu_us, x.wait_us, x.process_cpu_us - x.cpu_us) for t in run.ranks for x in t.meta.train_thread if x.process_cpu_us is not None]
+    rows = [(x.cpu_us, x.wait_us, own) for t in run.ranks for x in t.meta.train_thread if (own := x.off_thread_cpu_us) is not None]
     med = np.median(np.array(rows), axis=0) / 1e3 if rows else np.full(3, np.nan)
     return {"cpu_ms": float(med[0]), "wait_ms": float(med[1]), "others_ms": float(med[2])}
 

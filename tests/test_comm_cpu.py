@@ -4,6 +4,8 @@ testbed recording of an FSDP2 job that recorded its process's CPU per step (test
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 import statistics
 
 import msgspec
@@ -12,10 +14,11 @@ import pytest
 from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
-from dagprof.passes.comm_cpu import comm_cpu
+from dagprof.passes.comm_cpu import comm_cpu, unrecorded_cpu_ranks
 from dagprof.passes.compute import share_cores
 from dagprof.pipeline import open_run
 from dagprof.search import scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces.meta import OtherThreads
 
 RUN = DATA / "fsdp" / "testbed-workers-resnet-2"
@@ -75,6 +78,25 @@ def test_four_ranks_on_two_cores_wait_for_a_core_for_their_collectives(profile):
 def test_a_job_without_its_process_cpu_or_off_gloo_has_no_price(profile):
     assert comm_cpu(_unpriced(profile)) is None
     assert comm_cpu(profile.replace(meta=profile.meta.replace(framework="horovod"))) is None
+
+
+def test_a_rank_without_its_process_cpu_leaves_gloo_unpriced_and_cores_say_so(profile, tmp_path):
+    """The recording with rank 1's process CPU record removed (a tmp copy): no price, so ``--cores`` queues no gloo CPU, and
+    the what-if says so in one line naming rank 1; without ``--cores``, or with every rank's record, no such line."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    f = run / "rank1.json"
+    d = json.loads(f.read_text())
+    del d["process_cpu_ns"]
+    f.write_text(json.dumps(d))
+    g = open_run(str(run)).graph
+    assert comm_cpu(g) is None
+    assert unrecorded_cpu_ranks(g) == [1] and unrecorded_cpu_ranks(profile) == []
+    assert not _gloo_cpu(share_cores(g, 2))
+    said = [n for n in evaluate(g, [scenario.Scenario()], scenario.Cluster(cores=2), tolerance_pct=None)["notes"] if "gloo's threads' CPU" in n]
+    assert len(said) == 1 and "--cores 2" in said[0] and "rank 1 of 2 ranks" in said[0]
+    for h, c in ((g, scenario.Cluster()), (profile, scenario.Cluster(cores=2))):
+        assert not [n for n in evaluate(h, [scenario.Scenario()], c, tolerance_pct=None)["notes"] if "gloo's threads' CPU" in n]
 
 
 def test_a_ddp_job_s_all_reduces_are_priced_but_not_queued():

@@ -24,6 +24,8 @@ def test_the_waits_beyond_the_own_threads_cpu():
     assert foreign_us(StepSched(1, cpu_us=40.0, wait_us=70.0, process_cpu_us=80.0)) == 30.0  # 40 us of own threads, 30 of others
     assert foreign_us(StepSched(1, cpu_us=40.0, wait_us=20.0, process_cpu_us=80.0)) == 0.0  # own threads ran outside the waits too
     assert foreign_us(StepSched(1, cpu_us=40.0, wait_us=20.0)) is None  # an older file: no process CPU
+    assert StepSched(1, cpu_us=40.0, wait_us=20.0, process_cpu_us=80.0).off_thread_cpu_us == 40.0  # what both read
+    assert StepSched(1, cpu_us=40.0, wait_us=20.0).off_thread_cpu_us is None
 
 
 def test_a_profile_whose_pinned_cores_ran_other_work_says_so_in_every_whatif():

@@ -1,11 +1,12 @@
 """``collect.hooks.thread_sched.ThreadSched``: the process's other threads' CPU, waits and runs per step, read live."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
-from dagprof.collect.hooks.thread_sched import ThreadSched
-from dagprof.traces.meta import step_scheds
+from dagprof.collect.hooks.thread_sched import ThreadSched, _name
+from dagprof.traces.meta import THREAD_NAME_CHARS, UNREAD_NAME, step_scheds
 
 WORK_NS = 20_000_000
 
@@ -125,3 +126,20 @@ def test_a_thread_born_after_the_listing_is_watched_from_the_step_after_it_ran_u
         sched.close()
     assert sched.others[1][1] == 0 and sched.process[1][1] - sched.steps[1][1] >= WORK_NS  # step 1: it ran unseen
     assert sched.others[2][1] >= WORK_NS and sched.others[2][3] >= 1  # step 2: watched
+
+
+def test_a_thread_whose_name_does_not_read_is_named_unread_which_no_thread_can_be():
+    """A thread that ended between its schedstat's opening and its name's read: its CPU stays in ``named`` under
+    ``UNREAD_NAME`` (so the names still sum to ``others``), a name longer than the kernel keeps, so no lane's."""
+    named, go, done, leave = (threading.Event() for _ in range(4))
+    tid: list[int] = []
+    worker = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), _named_worker("dp_named", named, go, done, leave)))
+    worker.start()
+    named.wait()
+    assert _name(tid[0]) == "dp_named"
+    go.set()
+    leave.set()
+    worker.join()
+    while os.path.exists(f"/proc/self/task/{tid[0]}"):  # join returns just before the kernel's thread ends
+        time.sleep(0.001)
+    assert _name(tid[0]) == UNREAD_NAME and len(UNREAD_NAME) > THREAD_NAME_CHARS

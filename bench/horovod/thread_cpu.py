@@ -67,13 +67,9 @@ def job_cpu(path: str) -> dict[int, RankMedians]:
         e, sched = t.events, loop.sched.get(t.rank, {})
         main = [i for i, lane in enumerate(t.lanes) if lane.main]
         first = min(sched, default=0) + WARMUP_STEPS
-
-        def others(s: int) -> float:
-            x = sched[s]
-            return (x.process_cpu_us - x.cpu_us) / 1e3
-
-        prof = [s for s in loop.profiled.get(t.rank, {}) if s in sched and sched[s].process_cpu_us is not None]
-        unprof = [s for s in loop.unprofiled.get(t.rank, {}) if s >= first and s in sched and sched[s].process_cpu_us is not None]
+        others = {s: own / 1e3 for s, x in sched.items() if (own := x.off_thread_cpu_us) is not None}  # ms, the steps that recorded it
+        prof = [s for s in loop.profiled.get(t.rank, {}) if s in others]
+        unprof = [s for s in loop.unprofiled.get(t.rank, {}) if s >= first and s in others]
         if not prof:
             continue
         comm, compute, outside = [], [], []
@@ -84,9 +80,9 @@ def job_cpu(path: str) -> dict[int, RankMedians]:
             f = (e.step == s) & np.isin(e.kind, COMPUTE) & np.isin(e.lane, main) & (e.depth == 0)
             compute.append(float(e.dur[f].sum()) / 1e3)
         out[t.rank] = RankMedians(
-            step_out=_median([loop.unprofiled[t.rank][s] / 1e3 for s in unprof]), others_out=_median([others(s) for s in unprof]),
+            step_out=_median([loop.unprofiled[t.rank][s] / 1e3 for s in unprof]), others_out=_median([others[s] for s in unprof]),
             wait_out=_median([sched[s].wait_us / 1e3 for s in unprof]), step_in=_median([loop.profiled[t.rank][s] / 1e3 for s in prof]),
-            others_in=_median([others(s) for s in prof]), wait_in=_median([sched[s].wait_us / 1e3 for s in prof]),
+            others_in=_median([others[s] for s in prof]), wait_in=_median([sched[s].wait_us / 1e3 for s in prof]),
             comm_wall=_median(comm), compute=_median(compute), outside_comm=_median(outside))
     return out
 

@@ -51,7 +51,7 @@ class ForeignCpu:
 def foreign_us(s: StepSched) -> float | None:
     """The step's run-queue wait of the training thread less its process's other threads' CPU, at least 0; None where the
     process's CPU was not recorded (older files)."""
-    return None if s.process_cpu_us is None else max(0.0, s.wait_us - (s.process_cpu_us - s.cpu_us))
+    return None if (own := s.off_thread_cpu_us) is None else max(0.0, s.wait_us - own)
 
 
 def foreign_cpu(meta: GraphMeta) -> ForeignCpu | None:

@@ -37,10 +37,10 @@ import numpy as np
 
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph, issuers
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
-from ..graph.meta import WARMUP_STEPS, CommCpu, GlooWake
+from ..graph.meta import WARMUP_STEPS, CommCpu, GlooWake, LoopSteps
 from ..traces.comm_kind import CommKind
 from ..traces.events import Kind
-from ..traces.meta import StepSched, runnable_stretch
+from ..traces.meta import THREAD_NAME_CHARS, StepSched, runnable_stretch
 
 XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
@@ -187,28 +187,49 @@ def _per_step(g: Graph, sent: Sent, values: np.ndarray) -> dict[int, float]:
 def comm_cpu(g: Graph) -> CommCpu | None:
     """The profile's price of its collectives' CPU off the training thread: per rank, the median over its profiled steps of
     its process's CPU less its training thread's, over the bytes it sent a step (``_sent``). None where the profile did
-    not record its process's CPU, ``g`` is not the profile's own ranks (a pass rebuilt them: ``keep_comm_cpu`` first), or
-    not a PyTorch job on gloo: the price was measured there (Horovod's background loop, MXNet's engine threads and TF's
-    pools are other threads too, not per byte)."""
+    not record its process's CPU (on any rank: ``passes.compute.gloo_cpu_note`` says so under ``--cores``), ``g`` is not
+    the profile's own ranks (a pass rebuilt them: ``keep_comm_cpu`` first), or not a PyTorch job on gloo: the price was
+    measured there (Horovod's background loop, MXNet's engine threads and TF's pools are other threads too, not per
+    byte)."""
     if g.meta.comm_cpu is not None:
         return g.meta.comm_cpu
-    loop = g.meta.loop_steps
-    if g.meta.framework is not None or g.meta.backend != "gloo":
-        return None
-    if loop is None or not loop.profiled or sorted(loop.profiled) != list(range(g.world_size)):
+    loop = _gloo_loop(g)
+    if loop is None:
         return None
     sent = _sent(g)
     nbytes, ring = _per_step(g, sent, sent.nbytes), _per_step(g, sent, sent.ring_steps)
     price, wake = {}, {}
-    for r, profiled in loop.profiled.items():
-        got = [x for s in profiled if (x := loop.sched.get(r, {}).get(s)) is not None and x.process_cpu_us is not None]
+    for r in loop.profiled:
+        got = _off_thread(loop, r)
         if not got or nbytes.get(r, 0.0) <= 0:
             return None
-        price[r] = max(statistics.median(x.process_cpu_us - x.cpu_us for x in got), 0.0) / nbytes[r]
-        others = [x.others for x in got if x.others is not None]
+        price[r] = max(statistics.median(c for _, c in got), 0.0) / nbytes[r]
+        others = [x.others for x, _ in got if x.others is not None]
         if len(others) == len(got) and (runs := sum(o.runs for o in others)) > 0:
             wake[r] = GlooWake(statistics.median(o.runs for o in others) / ring[r], sum(o.wait_us for o in others) / runs, ring[r])
     return CommCpu(us_per_byte=price, wake=wake if len(wake) == len(price) else {})
+
+
+def _gloo_loop(g: Graph) -> LoopSteps | None:
+    """The loop's steps of a PyTorch job on gloo that timed every rank's profiled steps (where ``comm_cpu`` prices); None
+    elsewhere."""
+    loop = g.meta.loop_steps
+    if g.meta.framework is not None or g.meta.backend != "gloo":
+        return None
+    return loop if loop is not None and loop.profiled and sorted(loop.profiled) == list(range(g.world_size)) else None
+
+
+def _off_thread(loop: LoopSteps, rank: int) -> list[tuple[StepSched, float]]:
+    """``rank``'s profiled steps that recorded its process's CPU, each with its CPU off the training thread."""
+    steps = loop.sched.get(rank, {})
+    return [(x, c) for s in loop.profiled[rank] if (x := steps.get(s)) is not None and (c := x.off_thread_cpu_us) is not None]
+
+
+def unrecorded_cpu_ranks(g: Graph) -> list[int]:
+    """The ranks of an FSDP profile on gloo whose profiled steps recorded no process CPU: ``comm_cpu`` then has no price
+    and ``--cores`` queues no gloo CPU (``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
+    loop = _gloo_loop(g) if is_fsdp_graph(g) and g.meta.comm_cpu is None else None
+    return [] if loop is None else [r for r in sorted(loop.profiled) if not _off_thread(loop, r)]
 
 
 def keep_comm_cpu(g: Graph) -> Graph:
@@ -258,7 +279,6 @@ class RankCpu:
 
 
 _LINE_ID = re.compile(r"/-?\d+$")  # a pool lane's name ends in xplane's line id (a hash of the thread, not its id)
-COMM_CHARS = 15  # the kernel keeps a thread's name to this many characters (``/proc/TID/comm``)
 
 
 def lane_threads(g: Graph, rank: int) -> set[str]:
@@ -267,7 +287,7 @@ def lane_threads(g: Graph, rank: int) -> set[str]:
     main, work = g.meta.main_device.get(rank), lane_work(g)
     busy = set(np.unique(g.device[work & (g.rank == rank)]).tolist())
     head = f"rank{rank}/"
-    return {_LINE_ID.sub("", d.name[len(head):])[:COMM_CHARS] for i, d in enumerate(g.devices)
+    return {_LINE_ID.sub("", d.name[len(head):])[:THREAD_NAME_CHARS] for i, d in enumerate(g.devices)
             if i in busy and i != main and d.name.startswith(head)}
 
 
@@ -275,9 +295,10 @@ def _lanes_cpu(got: list[StepSched], names: set[str]) -> float | None:
     """The median over ``got`` of the training thread's CPU and the ``names`` threads' a step; None where a step was not
     recorded by name, or a lane's name is no recorded thread's (a pool whose threads the kernel names otherwise: the
     stand-in then, not a lane left out)."""
-    if any(x.named is None for x in got) or not names <= {n for x in got for n in x.named}:  # type: ignore[union-attr]
+    named = [(x.cpu_us, x.named) for x in got if x.named is not None]
+    if len(named) < len(got) or not names <= {n for _, by in named for n in by}:
         return None
-    return float(np.median([x.cpu_us + sum(c.cpu_us for n, c in x.named.items() if n in names) for x in got]))  # type: ignore[union-attr]
+    return float(np.median([cpu + sum(c.cpu_us for n, c in by.items() if n in names) for cpu, by in named]))
 
 
 def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:

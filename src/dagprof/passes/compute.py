@@ -6,8 +6,9 @@ import numpy as np
 from ..errors import DagprofError
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..traces.events import Kind
+from ..units import count
 from .comm import exit_lags
-from .comm_cpu import XPLANE_FRAMEWORKS, gloo_budget, lane_cpu, lane_work, off_lane_budget, queue_comm_cpu, rank_cpu, scale_lanes
+from .comm_cpu import XPLANE_FRAMEWORKS, gloo_budget, lane_cpu, lane_work, off_lane_budget, queue_comm_cpu, rank_cpu, scale_lanes, unrecorded_cpu_ranks
 
 COMPUTE_KINDS = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER)
 
@@ -222,3 +223,17 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
             f"each {g.meta.framework} rank's process used {most / 1e3:.1f} ms of CPU a step when profiled, its lanes {lane_us / 1e3:.1f} ms "
             f"of op time{need}; --cores {group.cores} queues each rank's CPU on them (the step at least "
             f"{workers * most / group.cores / 1e3:.0f} ms where the cores bound it)")
+
+
+def gloo_cpu_note(g: Graph, cores: int | None) -> str | None:
+    """A ``--cores`` answer for an FSDP job on gloo queues each rank's gloo threads' CPU (``gloo_budget``), priced from every
+    rank's recorded process CPU. Where a rank's profiled steps recorded none (a file from before 2026-12-06, or a rank
+    file edited or cut), nothing is priced and the cores queue the ranks' ops only: said in one line naming the ranks."""
+    missing = unrecorded_cpu_ranks(g) if cores else []
+    if not missing:
+        return None
+    ranks = f"rank {missing[0]}" if len(missing) == 1 else f"ranks {', '.join(map(str, missing))}"
+    return (f"--cores {cores}: gloo's threads' CPU is not queued on the cores: {ranks} of {count(int(g.world_size), 'rank')} "
+            "recorded no process CPU in the profiled steps, so the collectives' CPU off the training thread has no price "
+            "(profile again with this dagprof to have it priced); the cores queue the ranks' ops only, which predicted 4 FSDP "
+            "ranks on 2 cores 7-14 % short in change")

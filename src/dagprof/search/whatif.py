@@ -28,7 +28,7 @@ from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
-from ..passes.compute import own_cores_note, process_cpu_note, server_cores_note
+from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
 from ..passes.data_parallel import conversion_note, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
@@ -239,7 +239,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0) + _overlap_notes(cluster)
-                     + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster)
+                     + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster) + _gloo_cpu_notes(g0, cluster)
                      + _server_cores_notes(g0, scenarios)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
@@ -413,6 +413,12 @@ def _process_cpu_notes(g: Graph, predicted: list[tuple[Scenario, float]], c: Clu
     most = max((s.workers or 0 for s, _ in predicted), default=0)
     step = min((it for s, it in predicted if (s.workers or 0) == most), default=None)
     note = process_cpu_note(g, most, step, c.cores)
+    return [note] if note else []
+
+
+def _gloo_cpu_notes(g: Graph, c: Cluster) -> list[str]:
+    """--cores on an FSDP profile on gloo some of whose ranks recorded no process CPU: gloo's CPU not priced (``gloo_cpu_note``)."""
+    note = gloo_cpu_note(g, c.cores)
     return [note] if note else []
 
 

@@ -189,6 +189,11 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     row_ranges: int = 840
 
 
+THREAD_NAME_CHARS = 15  # the kernel keeps a thread's name (``/proc/TID/comm``) to this many characters
+# a thread whose name file did not read (``collect.hooks.thread_sched``), longer than any kernel name so that no thread has it
+UNREAD_NAME = "(name unreadable)"
+
+
 class OtherThreads(msgspec.Struct, frozen=True):
     """A step of a process's threads other than the training thread, summed (gloo's, Kineto's, a pool's): their CPU, their
     waits for a core and the times they got one (``collect.hooks.thread_sched``). Their wait over their runs is what one
@@ -209,9 +214,17 @@ class StepSched(msgspec.Struct, frozen=True):
     process_cpu_us: float | None = None  # None: not recorded (older files)
     runs: int | None = None  # times the thread got a core in the step (None: not recorded, older files)
     others: OtherThreads | None = None  # the process's other threads in the step (None: not recorded, older files)
-    # the same per thread name (``/proc``'s comm, 15 characters; TF's ``tf_Compute``...): None where not recorded (older files,
-    # torch ranks); a name absent in a step: its threads neither ran nor waited in it
+    # the same per thread name (``/proc``'s comm, ``THREAD_NAME_CHARS``; TF's ``tf_Compute``...; ``UNREAD_NAME``: threads whose
+    # name did not read): None where not recorded (older files, torch ranks); a name absent in a step: its threads neither ran
+    # nor waited in it
     named: dict[str, OtherThreads] | None = None
+
+    @property
+    def off_thread_cpu_us(self) -> float | None:
+        """The process's CPU less the training thread's: every other thread's (gloo's, Kineto's, a pool's), read from the
+        process's clock, so threads born or ended within the step count too (``others`` sums the threads it watched);
+        None where the process's CPU was not recorded."""
+        return None if self.process_cpu_us is None else self.process_cpu_us - self.cpu_us
 
 
 def step_scheds(thread_sched_ns: list[tuple[int, int, int]], process_cpu_ns: list[tuple[int, int]],

@@ -25,7 +25,7 @@ passed its watched threads' by ``UNSEEN_NS`` (a thread not yet watched ran): a l
 ended within a step (its file no longer reads) loses that step's part.
 
 ``by_name`` (the TF/JAX window's) also keeps them per thread name (``/proc/self/task/TID/comm``, read once per thread; the
-kernel keeps 15 characters): TF names its pools' threads (``tf_Compute``, the inter-op pool whose threads run the ops,
+kernel keeps ``traces.meta.THREAD_NAME_CHARS``): TF names its pools' threads (``tf_Compute``, the inter-op pool whose threads run the ops,
 ``collective_ops``, gRPC's), as xplane names its lines, so a reader tells the lanes' threads' CPU from the rest's
 (``passes.comm_cpu.rank_cpu``). xplane's line ids are not thread ids (TF hashes them), so names are what joins the two.
 """
@@ -34,6 +34,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+
+from ...traces.meta import UNREAD_NAME
 
 UNSEEN_NS = 1_000_000  # a step's process CPU beyond its watched threads' (less a running thread's lag, up to a tick) that re-lists
 
@@ -94,7 +96,7 @@ class ThreadSched:
         sums: dict[str, list[int]] = {}
         for t, e in ends.items():
             if t in starts:
-                acc = sums.setdefault(self._names.get(t, ""), [0, 0, 0])
+                acc = sums.setdefault(self._names.get(t, UNREAD_NAME), [0, 0, 0])
                 for i in range(3):
                     acc[i] += e[i] - starts[t][i]
         for name, (cpu, wait, runs) in sums.items():
@@ -113,7 +115,10 @@ class ThreadSched:
         self._relist = True
 
     def _list_others(self) -> None:
-        """Open the schedstat of each thread of the process not yet open (not the watched one); close those gone."""
+        """Open the schedstat of each thread of the process not yet open (not the watched one); close those gone. With
+        ``by_name``, a thread whose schedstat opened but whose name did not read (it ended in between, most likely) keeps
+        its schedstat under ``traces.meta.UNREAD_NAME``: each step's names then still sum to ``others``, and the name,
+        longer than the kernel keeps, is no lane's (``passes.comm_cpu.lane_threads``), so its CPU counts off the lanes."""
         try:
             tids = {int(t) for t in os.listdir("/proc/self/task")} - {self._tid}
         except OSError:
@@ -125,11 +130,10 @@ class ThreadSched:
         for t in tids - set(self._other_fds):
             try:
                 self._other_fds[t] = os.open(f"/proc/self/task/{t}/schedstat", os.O_RDONLY)
-                if self.by_name:
-                    with open(f"/proc/self/task/{t}/comm", "rb") as f:
-                        self._names[t] = f.read().decode("utf-8", "replace").strip()
             except OSError:
-                pass
+                continue
+            if self.by_name:
+                self._names[t] = _name(t)
 
     def _read_others(self) -> dict[int, tuple[int, int, int]]:
         """Each open other thread's (CPU ns, run-queue wait ns, runs); a thread whose file no longer reads is dropped."""
@@ -149,3 +153,12 @@ class ThreadSched:
             return None
         fields = os.pread(self._fd, 128, 0).split()
         return time.thread_time_ns(), int(fields[1]), time.process_time_ns(), int(fields[2])
+
+
+def _name(tid: int) -> str:
+    """Thread ``tid``'s name as the kernel keeps it; ``traces.meta.UNREAD_NAME`` where its file does not read."""
+    try:
+        with open(f"/proc/self/task/{tid}/comm", "rb") as f:
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return UNREAD_NAME
