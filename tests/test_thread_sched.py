@@ -108,7 +108,7 @@ def test_a_thread_born_after_the_listing_is_watched_from_the_step_after_it_ran_u
     sched = ThreadSched()
     sched.open()
     sched.begin()
-    sched.end(0)  # listed: no other thread yet
+    sched.end(0)  # listed: the worker not yet started
     go, done, leave = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()], threading.Event()
     worker = threading.Thread(target=_bursts, args=(go, done, leave))
     try:
@@ -124,7 +124,9 @@ def test_a_thread_born_after_the_listing_is_watched_from_the_step_after_it_ran_u
         leave.set()
         worker.join()
         sched.close()
-    assert sched.others[1][1] == 0 and sched.process[1][1] - sched.steps[1][1] >= WORK_NS  # step 1: it ran unseen
+    # step 1: it ran unseen (its CPU in the process's, not in the watched others'; threads earlier tests left in this
+    # process are watched from step 0 and may run a little in any step)
+    assert sched.process[1][1] - sched.steps[1][1] - sched.others[1][1] >= 0.9 * WORK_NS
     assert sched.others[2][1] >= WORK_NS and sched.others[2][3] >= 1  # step 2: watched
 
 
