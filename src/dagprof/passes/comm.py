@@ -386,7 +386,7 @@ def lags_not_wire(g: Graph, colls: np.ndarray) -> np.ndarray:
     """Per collective of ``colls``, whether its ranks' lags behind its first rank out are no wire time (``exit_lags``), so
     that a link change leaves them as measured: a JAX job's on gloo (``jax_on_gloo``) but its all-gathers. Those nodes span
     their transfer (``passes.link_fit.transfer_spanned``): each rank leaves with the bytes crossed, and what one took longer
-    is its own wake-up. On the testbed's kept round of ``bench/frameworks/jax_zero_rs.py`` (docs/evidence.md, branch jaxconv; 1 Gbit/s, its
+    is its own wake-up. On the testbed's kept round of ``bench/frameworks/jax_zero_rs.py`` (docs/evidence.md, branch jaxfit; 1 Gbit/s, its
     200 Mbit/s job beside it) the consumers' gaps after the 1 MB reduce-scatters were 0.14 / 0.55 ms (ranks 0 / 1) and at
     200 Mbit/s 0.25 / 0.14, scaled as wire they were priced 0.72 / 2.74, the median step +5.8 % (now +2.2); the 1 MB
     all-gathers' grew, 0.65 / 2.34 -> 4.64 / 8.17 (gloo's all-gather ends on one rank while the other's half still crosses)."""
