@@ -14,7 +14,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
-from dagprof.passes.comm_cpu import comm_cpu, unrecorded_cpu_ranks
+from dagprof.passes.comm_cpu import comm_cpu, unrecorded_cpu_ranks, unrecorded_wake_ranks
 from dagprof.passes.compute import share_cores
 from dagprof.pipeline import open_run
 from dagprof.search import scenario
@@ -97,6 +97,19 @@ def test_a_rank_without_its_process_cpu_leaves_gloo_unpriced_and_cores_say_so(pr
     assert len(said) == 1 and "--cores 2" in said[0] and "rank 1 of 2 ranks" in said[0]
     for h, c in ((g, scenario.Cluster()), (profile, scenario.Cluster(cores=2))):
         assert not [n for n in evaluate(h, [scenario.Scenario()], c, tolerance_pct=None)["notes"] if "gloo's threads' CPU" in n]
+
+
+def test_a_profile_without_its_other_threads_record_says_its_wake_ups_are_not_priced(profile):
+    """The resnet recording (before the record of the other threads' runs): its gloo CPU priced, its wake-ups not, and
+    ``--cores`` says so in one line naming both ranks; the recording that carries the record (tiedlm-wake) says nothing."""
+    assert comm_cpu(profile) is not None and unrecorded_wake_ranks(profile) == [0, 1]
+    said = [n for n in evaluate(profile, [scenario.Scenario(workers=4)], scenario.Cluster(cores=2), tolerance_pct=None)["notes"]
+            if "wake-ups are not priced" in n]
+    assert len(said) == 1 and "ranks 0, 1 of 2 ranks" in said[0]
+    assert not [n for n in evaluate(profile, [scenario.Scenario(workers=4)], scenario.Cluster(), tolerance_pct=None)["notes"]
+                if "wake-ups are not priced" in n]
+    woken = open_run(str(DATA / "fsdp-fresh" / "tiedlm-wake")).graph
+    assert unrecorded_wake_ranks(woken) == []
 
 
 def test_a_ddp_job_s_all_reduces_are_priced_but_not_queued():

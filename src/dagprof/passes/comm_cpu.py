@@ -232,6 +232,14 @@ def unrecorded_cpu_ranks(g: Graph) -> list[int]:
     return [] if loop is None else [r for r in sorted(loop.profiled) if not _off_thread(loop, r)]
 
 
+def unrecorded_wake_ranks(g: Graph) -> list[int]:
+    """The ranks of an FSDP profile on gloo, its gloo CPU priced, whose profiled steps did not record the other threads'
+    runs (files before 2026-12-06): ``GlooWake`` then has no price, so more ranks than cores queue no wake-ups
+    (``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
+    loop = _gloo_loop(g) if is_fsdp_graph(g) and comm_cpu(g) is not None else None
+    return [] if loop is None else [r for r in sorted(loop.profiled) if any(x.others is None for x, _ in _off_thread(loop, r))]
+
+
 def keep_comm_cpu(g: Graph) -> Graph:
     """``g`` with its collectives' CPU price in its meta, read while its ranks are the profile's (``--workers`` and
     ``--mesh`` rebuild them as copies)."""
