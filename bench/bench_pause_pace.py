@@ -15,12 +15,13 @@ before it (the forward and backward of ``s``: ``before``, the pace the rank alre
 
     .venv/bin/python bench/bench_pause_pace.py KEPT [KEPT ...] [--json FILE]
 
-On the 14 kept PowerSGD folders of 2026-12-05/06 (282 runs, 6,588 rank-steps; docs/evidence.md, branch psgdpace): within
-the wire-bound runs the pause varies by 6-13 ms (sd) and the pace does not follow it (-0.5 to +0.8 % per 10 ms, each
-within 1.6 sd of none); within the PowerSGD runs (3-32 ms) +2.6 to +3.2 % per 10 ms in the conv, embedding and LSTM
-alike, +0.9 % the encoder. Between runs, the same two pauses (about 260-400 ms against 12-14 ms) gave the optimizer
-x1.21 (embedding) and x1.14 (tied LM) against x1.00-1.07 (conv, LSTM, encoder): no one function of the pause, so nothing a
-defaults profile records prices the embedding's faster strategy step.
+On the 15 kept PowerSGD folders of 2026-12-05/06 (295 runs, 6,890 rank-steps; docs/evidence.md, branch psgdpace), in %
+of compute per 10 ms of pause: within the defaults' wire-bound runs (pauses 166-418 ms, sd 6-13 ms within a run) conv
+-0.2 +- 0.5, LSTM +0.6 +- 0.5, encoder +0.8 +- 0.9, embedding -4.5 +- 2.0, tied LM +3.7 +- 2.5, two-tower -3.4 +- 2.7:
+no dependence a profile of the defaults could price; within the PowerSGD runs (pauses 1-42 ms) conv +3.2 +- 0.5, LSTM
++2.6 +- 0.6, encoder +0.9 +- 0.7, embedding +6.7 +- 1.6, tied LM -4.8 +- 3.1, two-tower +1.1 +- 1.5: not one function.
+Between runs the same two pauses (166-399 ms against 12-20 ms) gave the optimizer x1.21 (embedding), x1.14 (tied LM),
+x0.92 (two-tower), x1.00 / 1.07 / 1.04 (conv, LSTM, encoder), the lossless rounds x0.86-1.04: the pause does not set it.
 """
 from __future__ import annotations
 
