@@ -291,7 +291,7 @@ def _comm_hook(ddp: Any, s: Strategy) -> tuple[Any, Any] | None:
 
         state = psgd.PowerSGDState(process_group=ddp.process_group, matrix_approximation_rank=c.rank,
                                    start_powerSGD_iter=max(2, c.start_iter), min_compression_rate=2, use_error_feedback=True, warm_start=True)
-        return state, chained(psgd.powerSGD_hook)
+        return state, chained(scalars_as_vectors(psgd.powerSGD_hook))
     if c.codec == "none" and s.partition == 1:
         return None
     return ddp.process_group, codec_hook(c.codec, s.partition)
@@ -323,6 +323,30 @@ def codec_hook(codec: str, parts: int):
         return fut.then(decode)
 
     return dagprof_codec_hook
+
+
+def scalars_as_vectors(hook):
+    """``hook`` (torch's ``powerSGD_hook``) handed each 0-dim gradient as a 1-element view of the same bucket memory.
+
+    The hook reads every gradient's ``shape[0]``: a scalar parameter (a learnable temperature or scale) made it raise
+    IndexError inside DDP's backward, so the strategy's job failed (docs/evidence.md, branch psgdpace). As a vector the
+    hook all-reduces it uncompressed, as it does every 1-dim gradient, and writes the result back through the view.
+    """
+
+    class Vectors:
+        def __init__(self, bucket: Any) -> None:
+            self._bucket = bucket
+
+        def gradients(self) -> list:
+            return [t.view(1) if t.dim() == 0 else t for t in self._bucket.gradients()]
+
+        def __getattr__(self, name: str) -> Any:  # buffer(), index(), is_last(), parameters(): the bucket's own
+            return getattr(self._bucket, name)
+
+    def dagprof_scalars_hook(state, bucket):  # DDP requires the name "bucket"
+        return hook(state, Vectors(bucket) if any(t.dim() == 0 for t in bucket.gradients()) else bucket)
+
+    return dagprof_scalars_hook
 
 
 def chained(hook):
