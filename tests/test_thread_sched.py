@@ -6,7 +6,7 @@ import threading
 import time
 
 from dagprof.collect.hooks.thread_sched import ThreadSched, _name
-from dagprof.traces.meta import THREAD_NAME_CHARS, UNREAD_NAME, step_scheds
+from dagprof.traces.meta import THREAD_NAME_CHARS, UNNAMED_SEP, UNREAD_NAME, step_scheds
 
 WORK_NS = 20_000_000
 
@@ -89,6 +89,19 @@ def test_by_name_keeps_each_thread_names_cpu_apart_and_the_names_sum_to_the_othe
     assert x.named is not None and x.named["dp_pool_worker_"].cpu_us == cpu / 1e3
     (y,) = step_scheds(sched.steps, sched.process, sched.runs, sched.others)
     assert y.named is None  # not recorded by name (torch ranks, older TF files)
+
+
+def test_a_thread_bearing_its_process_name_is_kept_apart_by_its_id():
+    """A thread that never named itself bears its process's name (XLA's PjRt client pool, whose 19-character name the
+    kernel refused, is ``python`` beside gloo's threads): each such thread is recorded as ``NAME#TID``, so a reader can
+    tell which of them ran a lane (``passes.comm_cpu.lane_threads``)."""
+    sched = ThreadSched(by_name=True)
+    _step_beside_a_worker(sched)
+    own = _name(os.getpid())
+    assert own not in sched.named
+    busy = [n for n, rows in sched.named.items() if rows[0][1] >= WORK_NS]
+    assert len(busy) == 1 and busy[0].startswith(own + UNNAMED_SEP)
+    assert int(busy[0].rsplit(UNNAMED_SEP, 1)[1]) != threading.get_native_id()
 
 
 def _bursts(go: list[threading.Event], done: list[threading.Event], leave: threading.Event) -> None:
