@@ -95,13 +95,26 @@ def test_a_thread_bearing_its_process_name_is_kept_apart_by_its_id():
     """A thread that never named itself bears its process's name (XLA's PjRt client pool, whose 19-character name the
     kernel refused, is ``python`` beside gloo's threads): each such thread is recorded as ``NAME#TID``, so a reader can
     tell which of them ran a lane (``passes.comm_cpu.lane_threads``)."""
-    sched = ThreadSched(by_name=True)
-    _step_beside_a_worker(sched)
+    sched, tid = ThreadSched(by_name=True), []
+    named, go, done, leave = (threading.Event() for _ in range(4))
+    worker = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), _named_worker(None, named, go, done, leave)))
+    worker.start()
+    named.wait()
+    sched.open()
+    try:
+        sched.begin()
+        go.set()
+        done.wait()
+        time.sleep(0.01)
+        sched.end(3)
+    finally:
+        leave.set()
+        worker.join()
+        sched.close()
     own = _name(os.getpid())
-    assert own not in sched.named
-    busy = [n for n, rows in sched.named.items() if rows[0][1] >= WORK_NS]
-    assert len(busy) == 1 and busy[0].startswith(own + UNNAMED_SEP)
-    assert int(busy[0].rsplit(UNNAMED_SEP, 1)[1]) != threading.get_native_id()
+    assert own not in sched.named  # every thread bearing it is kept apart, this one under its id
+    ((step, cpu, _, runs),) = sched.named[f"{own}{UNNAMED_SEP}{tid[0]}"]
+    assert step == 3 and cpu >= WORK_NS and runs >= 1
 
 
 def _bursts(go: list[threading.Event], done: list[threading.Event], leave: threading.Event) -> None:
