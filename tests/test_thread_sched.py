@@ -6,7 +6,7 @@ import threading
 import time
 
 from dagprof.collect.hooks.thread_sched import ThreadSched, _name
-from dagprof.traces.meta import THREAD_NAME_CHARS, UNREAD_NAME, step_scheds
+from dagprof.traces.meta import THREAD_NAME_CHARS, UNNAMED_SEP, UNREAD_NAME, step_scheds
 
 WORK_NS = 20_000_000
 
@@ -89,6 +89,32 @@ def test_by_name_keeps_each_thread_names_cpu_apart_and_the_names_sum_to_the_othe
     assert x.named is not None and x.named["dp_pool_worker_"].cpu_us == cpu / 1e3
     (y,) = step_scheds(sched.steps, sched.process, sched.runs, sched.others)
     assert y.named is None  # not recorded by name (torch ranks, older TF files)
+
+
+def test_a_thread_bearing_its_process_name_is_kept_apart_by_its_id():
+    """A thread that never named itself bears its process's name (XLA's PjRt client pool, whose 19-character name the
+    kernel refused, is ``python`` beside gloo's threads): each such thread is recorded as ``NAME#TID``, so a reader can
+    tell which of them ran a lane (``passes.comm_cpu.lane_threads``)."""
+    sched, tid = ThreadSched(by_name=True), []
+    named, go, done, leave = (threading.Event() for _ in range(4))
+    worker = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), _named_worker(None, named, go, done, leave)))
+    worker.start()
+    named.wait()
+    sched.open()
+    try:
+        sched.begin()
+        go.set()
+        done.wait()
+        time.sleep(0.01)
+        sched.end(3)
+    finally:
+        leave.set()
+        worker.join()
+        sched.close()
+    own = _name(os.getpid())
+    assert own not in sched.named  # every thread bearing it is kept apart, this one under its id
+    ((step, cpu, _, runs),) = sched.named[f"{own}{UNNAMED_SEP}{tid[0]}"]
+    assert step == 3 and cpu >= WORK_NS and runs >= 1
 
 
 def _bursts(go: list[threading.Event], done: list[threading.Event], leave: threading.Event) -> None:

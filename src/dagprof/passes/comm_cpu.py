@@ -23,8 +23,9 @@ ranks than cores each extra ring step's wake-ups, each waiting the profile's wai
 TF/JAX (``off_lane_budget``): each rank's recorded process CPU a step less its lanes' CPU (``lane_cpu``): the collective
 executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) shared over the rank's collectives of the
 step by bytes. The lanes' CPU is their threads' own where the collector recorded it by thread name (the training thread
-and the pools whose threads carry the lanes, ``tf_Compute``), else a stand-in: the lanes' op time scaled by the training
-thread's CPU over its runnable time.
+and the pools whose threads carry the lanes, ``tf_Compute``; JAX's client lanes, whose threads bear the process's name, by
+the thread whose CPU a step follows the lane's op time: ``lane_threads``), else a stand-in: the lanes' op time scaled by the
+training thread's CPU over its runnable time.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import WARMUP_STEPS, CommCpu, GlooWake, LoopSteps
 from ..traces.comm_kind import CommKind
 from ..traces.events import Kind
-from ..traces.meta import THREAD_NAME_CHARS, StepSched, runnable_stretch
+from ..traces.meta import THREAD_NAME_CHARS, UNNAMED_SEP, OtherThreads, StepSched, runnable_stretch
 
 XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
@@ -287,16 +288,55 @@ class RankCpu:
 
 
 _LINE_ID = re.compile(r"/-?\d+$")  # a pool lane's name ends in xplane's line id (a hash of the thread, not its id)
+_IDLE = OtherThreads(0.0, 0.0, 0)  # a recorded thread absent from a step: it neither ran nor waited in it
 
 
 def lane_threads(g: Graph, rank: int) -> set[str]:
     """The thread names (as ``/proc``'s comm keeps them) of ``rank``'s pool lanes that carry work, its main lane (the
-    training thread, recorded apart) not among them: a device ``rank0/tf_Compute/-7664...`` is thread name ``tf_Compute``."""
+    training thread, recorded apart) not among them: a device ``rank0/tf_Compute/-7664...`` is thread name ``tf_Compute``.
+    A lane whose name no recorded thread bears (JAX's ``tf_XLAPjRtCpuClient``: the kernel refused the name) is the
+    thread recorded under the process's own name whose CPU a step follows the lane's op time (``_unnamed_lanes``)."""
     main, work = g.meta.main_device.get(rank), lane_work(g)
     busy = set(np.unique(g.device[work & (g.rank == rank)]).tolist())
     head = f"rank{rank}/"
-    return {_LINE_ID.sub("", d.name[len(head):])[:THREAD_NAME_CHARS] for i, d in enumerate(g.devices)
-            if i in busy and i != main and d.name.startswith(head)}
+    lanes = {i: _LINE_ID.sub("", d.name[len(head):])[:THREAD_NAME_CHARS] for i, d in enumerate(g.devices)
+             if i in busy and i != main and d.name.startswith(head)}
+    return set((lanes | _unnamed_lanes(g, rank, lanes)).values())
+
+
+MATCH_R = 0.5  # the least Pearson correlation over the profiled steps of a thread's CPU with a lane's op time that joins them
+MATCH_SCALE = 4.0  # and its CPU over the steps within this factor of the op time either way (TF's pool lanes: 0.46-1.26)
+
+
+def _unnamed_lanes(g: Graph, rank: int, lanes: dict[int, str]) -> dict[int, str]:
+    """Each of ``lanes`` (device -> name) that no thread of ``rank`` was recorded by, joined to the thread recorded apart
+    under the process's own name (``traces.meta.UNNAMED_SEP``) whose CPU over the profiled steps rises and falls with the
+    lane's op time (Pearson ``MATCH_R`` or more; the best first, a thread one lane's at most) and sums to about it (within
+    ``MATCH_SCALE``: the thread that ran the ops was on a core about their time, while a busy thread can follow a lane
+    busy in one step only by chance). A lane that none joins keeps its name: the stand-in prices it (``_lanes_cpu``)."""
+    loop = g.meta.loop_steps
+    sched = loop.sched.get(rank, {}) if loop is not None else {}
+    prof = sorted(s for s in (loop.profiled.get(rank, {}) if loop is not None else {}) if s in sched)
+    recorded = {n for x in sched.values() for n in (x.named or {})}
+    todo = [i for i, n in lanes.items() if n not in recorded]
+    unnamed = sorted(n for n in recorded if UNNAMED_SEP in n)
+    if not todo or not unnamed or len(prof) < 3:
+        return {}
+    work = lane_work(g) & (g.rank == rank)
+    at = {s: k for k, s in enumerate(prof)}
+    ops = np.zeros((len(todo), len(prof)))
+    for row, i in enumerate(todo):
+        m = work & (g.device == i) & np.isin(g.step, prof)
+        np.add.at(ops[row], [at[int(s)] for s in g.step[m]], g.dur[m])
+    cpu = np.array([[(sched[s].named or {}).get(n, _IDLE).cpu_us for s in prof] for n in unnamed])
+    scale = cpu.sum(axis=1)[None, :] / np.maximum(ops.sum(axis=1), 1e-9)[:, None]
+    pairs = sorted(((float(np.corrcoef(ops[a], cpu[b])[0, 1]), a, b) for a in range(len(todo)) for b in range(len(unnamed))
+                    if ops[a].std() > 0 and cpu[b].std() > 0 and 1.0 / MATCH_SCALE <= scale[a, b] <= MATCH_SCALE), reverse=True)
+    out: dict[int, str] = {}
+    for r, a, b in pairs:
+        if r >= MATCH_R and todo[a] not in out and unnamed[b] not in out.values():
+            out[todo[a]] = unnamed[b]
+    return out
 
 
 def _lanes_cpu(got: list[StepSched], names: set[str]) -> float | None:

@@ -192,6 +192,10 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
 THREAD_NAME_CHARS = 15  # the kernel keeps a thread's name (``/proc/TID/comm``) to this many characters
 # a thread whose name file did not read (``collect.hooks.thread_sched``), longer than any kernel name so that no thread has it
 UNREAD_NAME = "(name unreadable)"
+# a thread that still bears its process's own name (``python``: it never named itself, or its name was longer than the kernel
+# keeps and did not set, as XLA's ``tf_XLAPjRtCpuClient`` pool's) is recorded apart as ``NAME#TID``: no pool joins such
+# threads by name, so ``passes.comm_cpu.lane_threads`` tells a lane's among them by their CPU a step
+UNNAMED_SEP = "#"
 
 
 class OtherThreads(msgspec.Struct, frozen=True):

@@ -1,0 +1,104 @@
+"""JAX's lanes priced from their threads' own CPU (``passes.comm_cpu.lane_threads``): XLA's PjRt client pool names its
+threads ``tf_XLAPjRtCpuClient``, longer than the kernel keeps, so they bear the process's name (``python``) beside gloo's
+and gRPC's; the collector keeps each such thread apart (``python#TID``) and the reader joins a client lane to the one
+whose CPU a step follows the lane's op time. Recording: ``tf-jax/shardmap-threads`` (fixed)."""
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+import numpy as np
+import pytest
+
+from dagprof.graph.meta import WARMUP_STEPS
+from dagprof.passes.comm_cpu import lane_cpu, lane_threads, rank_cpu
+from dagprof.pipeline import open_run
+from dagprof.traces.meta import UNNAMED_SEP, OtherThreads
+
+RUN = "tests/data/tf-jax/shardmap-threads"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return open_run(RUN).graph
+
+
+def _unprofiled(g, r):
+    loop = g.meta.loop_steps
+    return [x for s, x in loop.sched[r].items() if s >= WARMUP_STEPS and s not in loop.profiled[r]]
+
+
+def test_each_client_lane_is_joined_to_one_unnamed_thread_and_the_busiest_is_not_it(graph):
+    """Every rank's client lane has a ``python#TID`` thread for it; gloo's (the unnamed thread with the most CPU, which
+    follows no lane) is not it."""
+    for r in (0, 1):
+        names = lane_threads(graph, r)
+        joined = {n for n in names if UNNAMED_SEP in n}
+        assert "tf_XLAEigen" in names and len(joined) == 1 and not any(n.startswith("tf_XLAPjRtCpu") for n in names)
+        cpu = {}
+        for x in _unprofiled(graph, r):
+            for n, c in x.named.items():
+                if UNNAMED_SEP in n:
+                    cpu[n] = cpu.get(n, 0.0) + c.cpu_us
+        assert max(cpu, key=cpu.get) not in joined
+
+
+def test_the_lanes_are_priced_at_the_training_eigen_and_client_threads_cpu(graph):
+    """Each rank's lanes' CPU is the median over its unprofiled steps of the training thread's, the Eigen pool's and the
+    joined client thread's (no stand-in), under the process's CPU."""
+    cpu = rank_cpu(graph)
+    for r in (0, 1):
+        names = lane_threads(graph, r)
+        want = np.median([x.cpu_us + sum(c.cpu_us for n, c in x.named.items() if n in names) for x in _unprofiled(graph, r)])
+        assert cpu[r].lanes_us == pytest.approx(want) and 0 < cpu[r].lanes_us < cpu[r].process_us
+    priced = lane_cpu(graph, 4, 2)
+    assert priced is not None and all(p.off_lane_us == pytest.approx(cpu[r % 2].process_us - cpu[r % 2].lanes_us)
+                                      for r, p in priced.items())
+
+
+def _merged(g):
+    """``g`` as the collector recorded it before (every thread bearing the process's name summed under that name)."""
+    loop = g.meta.loop_steps
+    sched = {}
+    for r, steps in loop.sched.items():
+        sched[r] = {}
+        for s, x in steps.items():
+            by: dict[str, OtherThreads] = {}
+            for n, c in x.named.items():
+                key = n.split(UNNAMED_SEP)[0]
+                was = by.get(key, OtherThreads(0.0, 0.0, 0))
+                by[key] = OtherThreads(was.cpu_us + c.cpu_us, was.wait_us + c.wait_us, was.runs + c.runs)
+            sched[r][s] = msgspec.structs.replace(x, named=by)
+    return g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(loop, sched=sched)))
+
+
+def test_the_threads_summed_under_one_name_keep_the_stand_in(graph):
+    """Recorded as before (the unnamed threads summed), no thread bears the client lane's name: the stand-in prices it."""
+    before = _merged(graph)
+    assert all(UNNAMED_SEP not in n for r in (0, 1) for n in lane_threads(before, r))
+    assert all(c.lanes_us is None for c in rank_cpu(before).values())
+
+
+def test_a_thread_that_does_not_follow_the_lane_is_not_joined(graph):
+    """The joined threads' CPU shuffled over the profiled steps (the same sum, no longer with the lane's ops): joined to
+    no lane, so the rank keeps the stand-in."""
+    loop = graph.meta.loop_steps
+    sched = {}
+    for r, steps in loop.sched.items():
+        joined = next(n for n in lane_threads(graph, r) if UNNAMED_SEP in n)
+        prof = sorted(loop.profiled[r])
+        vals = [steps[s].named.get(joined, OtherThreads(0.0, 0.0, 0)) for s in prof]
+        order = np.argsort([v.cpu_us for v in vals])  # the lane's busiest step gets the thread's idlest, and so on
+        lane = _lane_ops(graph, r, prof)
+        ranked = np.argsort(-lane)
+        moved = {prof[int(ranked[k])]: vals[int(order[k])] for k in range(len(prof))}
+        sched[r] = {s: (msgspec.structs.replace(x, named={**x.named, joined: moved[s]}) if s in moved else x) for s, x in steps.items()}
+    g = graph.replace(meta=graph.meta.replace(loop_steps=dataclasses.replace(loop, sched=sched)))
+    assert all(UNNAMED_SEP not in n for r in (0, 1) for n in lane_threads(g, r))
+    assert all(c.lanes_us is None for c in rank_cpu(g).values())
+
+
+def _lane_ops(g, r, prof):
+    """The client lane's op time per profiled step of rank ``r``."""
+    dev = next(i for i, d in enumerate(g.devices) if d.name.startswith(f"rank{r}/tf_XLAPjRtCpuClient"))
+    return np.array([g.dur[(g.device == dev) & (g.step == s)].sum() for s in prof])
