@@ -145,6 +145,32 @@ def test_bytes_of_a_fit_without_bandwidth_cost_gloos_measured_price_per_byte():
         set_topology(g, Topology(2, 1, LINK, LINK, overhead_us=4000.0)))
 
 
+def test_bytes_of_two_lanes_beside_the_backward_on_one_host_cost_a_blocking_calls_price():
+    """Where the DDP profile's all-reduces ran on two gloo lanes beside its backward, every rank on one host and no wire
+    named (the vendored LoRA clip profile: fitted at 9.3 ns a byte, total time over bytes), FSDP's blocking calls' bytes
+    cost ``FSDP_HOST``'s measured price per all-reduce-equivalent byte, stretched as the call's, and the note says so
+    (``beside_compute``; 95 kept pairs, docs/evidence.md, branch ddpfsdp58); a named wire, one lane, or a fit already
+    cheaper keep the profile's own."""
+    from dagprof.passes.comm import current_topology
+    from dagprof.passes.data_parallel import _call_load, beside_compute
+    g = build_graph(read_run(DATA / "lora-clip" / "ddp-0"))
+    host, load = FSDP_HOST[g.meta.torch_minor], _call_load(g, _stretch(g))
+    blocking = AlphaBeta(0.0, host.call_us_per_byte * load)
+    topo = current_topology(g)
+    assert g.meta.comm_lanes > 1 and topo.intra.beta_us_per_byte > blocking.beta_us_per_byte and beside_compute(g, topo, blocking)
+    priced = ddp_to_fsdp(g)
+    colls = np.array([c.node for c in fsdp_collectives(priced)])
+    assert len(colls) and priced.dur[colls] == pytest.approx(
+        host.call_us * load + allreduce_equivalent_bytes(priced, colls) * host.call_us_per_byte * load)
+    assert "ran on two gloo lanes beside the backward" in host_note(g)
+    cheaper = dataclasses.replace(topo, intra=AlphaBeta(0.0, 1e-4), inter=AlphaBeta(0.0, 1e-4))
+    for other in (g.replace(meta=g.meta.replace(wire_bytes_per_s=125e6)), g.replace(meta=g.meta.replace(comm_lanes=1)),
+                  set_topology(g, cheaper)):
+        assert not beside_compute(other, current_topology(other), blocking) and "two gloo lanes" not in host_note(other)
+    own = ddp_to_fsdp(g.replace(meta=g.meta.replace(wire_bytes_per_s=125e6)))
+    assert (own.dur[[c.node for c in fsdp_collectives(own)]] > priced.dur[colls]).all()  # the fit's 9.3 ns a byte
+
+
 def _torch(g, version):
     return g.replace(meta=g.meta.replace(torch=version))
 

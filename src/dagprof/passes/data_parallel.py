@@ -54,7 +54,13 @@ held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Where th
 durations did not grow with their size: all of their time in the overhead, ``no_bandwidth``), FSDP's bytes cost gloo's
 measured time per byte beyond a call's (``FsdpHost.call_us_per_byte``, stretched alike), not nothing: 12 of the 28 kept LM/GRU
 DDP profiles (two buckets a step) fitted so, and their conversions had priced each 0.8 MiB reduce-scatter 0.58 ms where
-their FSDP2 jobs took 1.5-2.7 (a DTensor step priced 2.1x the jobs' own had covered it). Gloo's reduce-scatter costs more per call (1.48 ms
+their FSDP2 jobs took 1.5-2.7 (a DTensor step priced 2.1x the jobs' own had covered it). So too where the fit's price per byte
+is dearer than that blocking call's and holds the backward beside it (``beside_compute``): every rank on one host, whose
+loopback transfer is the ranks' own CPU work, no wire named, and DDP's all-reduces on two gloo lanes at once beside the
+backward on the same cores (their total time over their bytes): 44 of the 95 kept DDP profiles fitted 0.46-4.44 ns a
+byte so, and 21 of the 23 above gloo's 1.86 priced their FSDP2 jobs' all-gathers +8 to +35 % of the step over (the q52
+set's median point +11.9 % over its jobs' steps), where FSDP2's blocking calls run with the rank's compute stopped (a
+lone lane's fit, 8.2 ns a byte on the 1 Gbit/s testbed, is the wire's and stays). Gloo's reduce-scatter costs more per call (1.48 ms
 at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
 reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
 Gloo's all-gather also releases one rank after the other, where the ranks compute between their calls 0.20 ms more than
@@ -69,7 +75,8 @@ Nor does the interval carry more (``search.whatif``; ``conversion_note`` says th
 high end, a scheduler slice (3 ms) times the share of the DDP profile's busiest step spent waiting for a core, at the low end
 not at all, took in one more of those 48 (width 68 -> 79 % of the point; 33 -> 36 of the other 47, 60 -> 70 %): not kept
 (docs/evidence.md, branch fsdpiv). With the DTensor step re-measured and the bytes of a fit without bandwidth priced
-(branch ddpfsdp57) it held 81 of the 95 (43 of those 48, 38 of the other 47).
+(branch ddpfsdp57) it held 81 of the 95 (43 of those 48, 38 of the other 47); with two lanes' bytes at gloo's
+blocking price (``beside_compute``, branch ddpfsdp58) the same 81, median miss 12.2 -> 10.8 %.
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
@@ -144,7 +151,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, optimizer_ratio
+from ..costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, FsdpHost, StepFit, optimizer_ratio
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
@@ -159,7 +166,7 @@ from .comm import current_scheme, current_topology, retime_collectives
 from .fsdp import default_reshard, set_reshard
 from .fsdp_to_ddp import fsdp_to_ddp
 from .gradients import unhooked
-from .link_fit import graph_world_size, hybrid
+from .link_fit import graph_world_size, hybrid, one_host
 
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp: fully_shard's default reshard_after_forward; fsdp:keep: False on every unit
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
@@ -203,7 +210,7 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "releases it a scheduler slice late follows the FSDP job's own load at its moment (beside another job the release came out "
         "2.5-12x later; bench/fsdp_release.py), which a DDP profile does not record, nor a reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model); the interval (the replayed steps, the link fit, the level the "
-        "point stands on, the shared cores' bounds) held 81 of 95 kept FSDP2 jobs' median unprofiled steps (median width 71 % of "
+        "point stands on, the shared cores' bounds) held 81 of 95 kept FSDP2 jobs' median unprofiled steps (median width 69 % of "
         "the point; bench/fsdp_fresh/judge_pairs.py): 4 ran below its low end, 10 above its high end (those jobs' later ranks "
         "released a median 0.88 ms a call, the jobs' inside 0.35), so FSDP may run slower than its high end on a machine busier "
         "than when profiled; with FSDP2's hooks and each call's fixed cost "
@@ -248,9 +255,22 @@ def host_note(g: Graph) -> str:
             + (f", and each all-gather's later rank {host.release_us / 1e3:.2f} ms + {host.release_us_per_byte * 2**20 / 1e3:.2f} ms "
                "per MiB gathered after the other (bench/fsdp_release.py, quiet, compute between the calls; which rank alternates)"
                if host.release_us or host.release_us_per_byte else "")
-            + (f"; the profile's all-reduces showed no bandwidth (their time did not grow with their size), so FSDP's bytes at gloo's "
-               f"measured {host.call_us_per_byte * 1e3:.2f} ns per all-reduce-equivalent byte (bench/fsdp_call_sizes.py), stretched as the call"
-               if host.call_us_per_byte and no_bandwidth(current_topology(g)) else "") + "; ")
+            + _bytes_said(g, host, stretch) + "; ")
+
+
+def _bytes_said(g: Graph, host: FsdpHost, stretch: dict[int, float]) -> str:
+    """``host_note``'s words where FSDP's bytes cost gloo's blocking call's price, not the profile's fit (``ddp_to_fsdp``)."""
+    topo, price = current_topology(g), f"{host.call_us_per_byte * 1e3:.2f} ns per all-reduce-equivalent byte (bench/fsdp_call_sizes.py)"
+    if not host.call_us_per_byte:
+        return ""
+    if no_bandwidth(topo):
+        return (f"; the profile's all-reduces showed no bandwidth (their time did not grow with their size), so FSDP's bytes at gloo's "
+                f"measured {price}, stretched as the call")
+    if beside_compute(g, topo, AlphaBeta(0.0, host.call_us_per_byte * _call_load(g, stretch))):
+        return (f"; the profile's all-reduces ran on two gloo lanes beside the backward on one host's cores, their bytes fitted at "
+                f"{topo.intra.beta_us_per_byte * 1e3:.2f} ns each, so FSDP's blocking calls' bytes at gloo's measured {price}, "
+                "stretched as the call")
+    return ""
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -554,11 +574,12 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # Where it kept every instance's time in its bandwidth (two gloo lanes: total time over bytes), the load is in the
         # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
         topo = dataclasses.replace(topo, overhead_us=host.call_us * call_load)
-        if no_bandwidth(topo):
-            # the fit put every DDP all-reduce's time in that overhead, just replaced: FSDP's bytes at gloo's measured cost per
-            # byte, stretched as the call's (the load sat in the overhead with the rest)
-            link = AlphaBeta(0.0, host.call_us_per_byte * call_load)
-            topo = dataclasses.replace(topo, intra=link, inter=link)
+        blocking = AlphaBeta(0.0, host.call_us_per_byte * call_load)
+        if no_bandwidth(topo) or beside_compute(g, topo, blocking):
+            # the fit put every DDP all-reduce's time in that overhead, just replaced, or its bytes' price holds the backward
+            # DDP's all-reduces shared the cores with: FSDP's bytes at gloo's measured cost per byte of a blocking call,
+            # stretched as the call's (the load sat in the overhead with the rest)
+            topo = dataclasses.replace(topo, intra=blocking, inter=blocking)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
 
 
@@ -570,6 +591,16 @@ def no_bandwidth(topo: Topology) -> bool:
     MiB), 1 of the 67 other pairs': there the conversion priced each 0.8 MiB reduce-scatter 0.58 ms where their FSDP2 jobs
     took 1.5-2.7 (docs/evidence.md, branch ddpfsdp57)."""
     return not topo.kinds and topo.intra.beta_us_per_byte == 0 and topo.inter.beta_us_per_byte == 0
+
+
+def beside_compute(g: Graph, topo: Topology, blocking: AlphaBeta) -> bool:
+    """The DDP profile ``g``'s fitted bytes' price (``topo``) is dearer than gloo's blocking call's (``blocking``) where that
+    price holds the compute DDP's all-reduces ran beside: its ranks on one host (``one_host``), whose loopback
+    transfer is their own CPU work, no wire named (``--profiled-bandwidth``, ``--half-duplex``), and the all-reduces on two
+    gloo lanes at once (``passes.link_fit``: their total time over their bytes) beside a backward on the same cores. FSDP2's
+    blocking calls run with the rank's compute stopped."""
+    return (one_host(g) is not None and g.meta.comm_lanes > 1 and g.meta.wire_bytes_per_s is None and not g.meta.half_duplex and not topo.kinds
+            and min(topo.intra.beta_us_per_byte, topo.inter.beta_us_per_byte) > blocking.beta_us_per_byte)
 
 
 def _call_load(g: Graph, stretch: dict[int, float]) -> float:

@@ -56,6 +56,16 @@ def graph_world_size(g: Graph) -> int:
     return int(g.meta.world_size or g.world_size)
 
 
+def one_host(g: Graph) -> str | None:
+    """The host every rank of ``g`` ran on, where its profile records one host holding them all (``GraphMeta.host_cpus``);
+    else None (several hosts, or none recorded: then whether a transfer is CPU work is not known)."""
+    hosts = g.meta.host_cpus
+    if len(hosts) != 1:
+        return None
+    (host, group), = hosts.items()
+    return host if group.ranks == graph_world_size(g) else None
+
+
 def hybrid(g: Graph) -> bool:
     """True when the graph's collectives serve more than data parallelism (tensor, pipeline, expert groups)."""
     return g.meta.parallel is not None and g.meta.parallel.hybrid

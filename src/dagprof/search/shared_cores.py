@@ -12,7 +12,7 @@ from typing import NamedTuple
 from ..analysis.interval import PredictionInterval, typical_iteration_us
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.link_fit import graph_world_size
+from ..passes.link_fit import one_host
 from ..passes.overlap import comm_overlap, core_bound_slowdown, slowed_comm, slowed_nodes
 from ..replay import ReplayResult, replay
 from ..units import count
@@ -79,16 +79,6 @@ def with_shared_cores(iv: PredictionInterval, g: Graph, res: ReplayResult, comm_
                       unslowed: Graph | None = None) -> PredictionInterval:
     """``iv`` (the scenario ``g``, replayed as ``res``) with the ``shared_cores`` bounds (``shared_cores_bounds``)."""
     return add_bounds(iv, shared_cores_bounds(g, res, comm_slowdown, compute_slowdown, unslowed))
-
-
-def one_host(g: Graph) -> str | None:
-    """The host every rank of ``g`` ran on, where its profile records one host holding them all (``GraphMeta.host_cpus``);
-    else None (several hosts, or none recorded: then whether a transfer is CPU work is not known)."""
-    hosts = g.meta.host_cpus
-    if len(hosts) != 1:
-        return None
-    (host, group), = hosts.items()
-    return host if group.ranks == graph_world_size(g) else None
 
 
 def on_shared_cores(g0: Graph, s: Scenario, c: Cluster) -> bool:
