@@ -104,3 +104,16 @@ def test_whatif_without_an_axis_says_the_row_is_the_profiled_setup(capsys, tmp_p
 def test_optimize_without_buckets_is_a_clear_error(capsys):
     code, _, err = run_cli(capsys, "optimize", NCCL)
     assert code == 2 and "no gradient-bucket all-reduce" in err
+
+
+def test_python_m_dagprof_runs_the_cli(tmp_path):
+    """``python -m dagprof`` (no script on PATH) is the same CLI: its usage, and a bad path as one line, exit 2."""
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        __import__("dagprof").__file__)), os.environ.get("PYTHONPATH")]))}
+    ok = subprocess.run([sys.executable, "-m", "dagprof", "--help"], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: dagprof")
+    bad = subprocess.run([sys.executable, "-m", "dagprof", "replay", str(tmp_path / "none")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "none" in bad.stderr

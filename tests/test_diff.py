@@ -139,3 +139,17 @@ def test_categories_vs_expected_names_what_the_model_missed():
     assert any(line.strip().startswith("backward:") for line in check.lines())
     same = categories_vs_expected(g, analyze(g))
     assert same.differing == [] and "within" in same.lines()[-1]
+
+
+@pytest.mark.parametrize("run,whose", [("moe-uneven", "DDP's all-reduce of which parameters got a gradient"),
+                                       ("clip", "SyncBatchNorm, a differentiable all_gather")])
+def test_the_in_op_note_names_ddp_s_used_map_all_reduce_where_that_is_all_there_is(run, whose):
+    """A triplet model under find_unused_parameters=True ran one in-op all-reduce a step, DDP's own: diff named
+    SyncBatchNorm and a differentiable all_gather, which the model has neither of."""
+    from testdata import DATA
+
+    from dagprof.analysis.diff import diff_profiles
+    from dagprof.pipeline import open_run
+    p = open_run(str(DATA / "ddp-fresh" / run))
+    notes = [n for n in diff_profiles(p, p).notes if "inside the model's own ops" in n]
+    assert len(notes) == 1 and whose in notes[0]

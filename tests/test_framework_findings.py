@@ -73,3 +73,13 @@ def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_pro
     assert main(["optimize", str(DATA / "tf-jax" / "lstm-lm-jit"), "--budget", "1"]) == 2  # nor sends it to whatif, which refuses it
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "32 data-parallel collectives a step" in err and "whatif" not in err
+
+
+@pytest.mark.parametrize("run,root,mha", [("fsdp-fresh/tiedlm-wake", "FSDPTiedLM", False), ("ddp-fresh/mha-accum", "Classifier", True)])
+def test_a_gap_between_layers_names_the_root_s_own_code_not_an_untimed_attention(run, root, mha):
+    """A model's own parameters (a DETR's queries, a tied LM's table) sit under its class name: the gap held its forward's
+    own lines and the loss, where the finding told a fresh profile to be taken again to time an nn.MultiheadAttention.
+    An old profile whose attention was not timed as one layer keeps that advice."""
+    gap = [f.detail for f in open_run(str(DATA / run)).findings if f.detail.startswith("other:forward")]
+    assert gap and f"the root {root}'s forward" in gap[0]
+    assert ("nn.MultiheadAttention" in gap[0]) is mha

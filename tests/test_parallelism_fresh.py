@@ -180,8 +180,29 @@ def test_dagprof_run_of_a_hybrid_job_refuses_every_tp_degree(capsys, tmp_path):
     """dagprof's hooks see DDP over the DP sub-mesh only: TP 1 was accepted as profiled before, TP 2 refused as 'profiled: 1'."""
     for degree in (1, 2):
         code, out, err = _cli(capsys, "whatif", DATA / "hybrid-dp-tp-dagprof", "--tp-degree", degree, "-o", tmp_path)
-        assert code == 2 and "not recorded: this profile sees the data-parallel collectives only, 2 ranks per replica" in err
+        assert code == 2 and "2 ranks per data-parallel replica, which dimension they hold not recorded" in err
         assert len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_mesh_on_a_dagprof_run_of_fsdp_beside_tp_refuses_as_hybrid(capsys, tmp_path):
+    """FSDP2 over the dp sub-mesh beside TP (stop 58's MLP-Mixer, here the vendored T5): ``--mesh 1x4`` said "the graph holds
+    4 of 4 ranks (mesh 1x2); give it the unfolded profile", which a user cannot act on; analyze said the TP ranks' other
+    collectives were "not recorded", though the run counts them inside the ops."""
+    for mesh in ("1x4", "2x2"):
+        code, out, err = _cli(capsys, "whatif", FRESH / "t5-dp-tp-dagprof", "--mesh", mesh, "-o", tmp_path)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "shards over 2 of its 4 ranks beside another dimension" in err and "unfolded" not in err
+    code, out, err = _cli(capsys, "analyze", FRESH / "t5-dp-tp-dagprof")
+    assert code == 0 and "timed inside the ops that issued them: not in this breakdown" in out and "not recorded" not in out
+
+
+def test_compute_speed_on_a_dagprof_run_beside_tp_says_its_tp_collectives_speed_up_with_their_ops(capsys, tmp_path):
+    """The TP all-reduces a dagprof run times inside the layers (about a quarter of stop 58's MLP-Mixer step) are divided by
+    --compute-speed with those ops, where the note said every non-DP collective kept its measured time."""
+    for flag, said in (("--compute-speed", True), ("--bandwidth", False)):
+        code, out, err = _cli(capsys, "whatif", FRESH / "t5-dp-tp-dagprof", flag, "2" if said else "1Gbit", "--no-trace",
+                              "--allow-model-error", "-o", tmp_path)
+        assert code == 0 and ("speed up with those ops: the gain is an upper bound" in out) is said
 
 
 def test_dagprof_run_keeps_pipeline_send_recv_out_of_the_data_parallel_dimension(capsys, tmp_path):

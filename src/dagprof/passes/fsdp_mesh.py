@@ -142,6 +142,10 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
                 "--data-parallel ddp answers replication from a plain FSDP profile (1xN), not from this HSDP one")
         raise DagprofError(f"--mesh {replicate}x{shard}: a shard dimension of one rank (replication only) is not modelled; {hint}")
     w0, world = graph_world_size(g), replicate * shard
+    if hybrid(g) and g.world_size == w0 and r0 * s0 < w0:  # FSDP over the dp sub-mesh beside TP/PP (tp_fresh/mixer_dp_tp.py)
+        raise DagprofError(f"--mesh: this job shards over {r0 * s0} of its {w0} ranks beside another dimension (TP/PP/EP: "
+                           f"{w0 // (r0 * s0)} ranks per data-parallel replica); the HSDP layout of a hybrid job is not modelled "
+                           "(--workers scales its data-parallel degree)")
     if g.world_size != w0 or r0 * s0 != w0:
         raise DagprofError(f"--mesh: the graph holds {g.world_size} of {w0} ranks (mesh {r0}x{s0}); give it the unfolded profile")
     if (replicate, shard) == (r0, s0):

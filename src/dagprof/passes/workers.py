@@ -94,8 +94,9 @@ def refuse_degree(g: Graph, dim: Dim, degree: int, flag: str) -> None:
     if sizes == [degree] or (not present and not unseen and degree == 1):
         return
     profiled = ("/".join(map(str, sizes)) if sizes else f"not recorded: the trace does not say which ranks its {dim.text} groups hold"
-                if present else f"not recorded: this profile sees the data-parallel collectives only, {par.world_size // par.dp_size} "
-                "ranks per replica" if unseen else "1 (no such collective in the trace)")
+                if present else f"{par.world_size // par.dp_size} ranks per data-parallel replica, "
+                "which dimension they hold not recorded: a dagprof run times their collectives inside the model's ops"
+                if unseen else "1 (no such collective in the trace)")
     raise DagprofError(f"a {dim.text} degree of {degree} is not modelled (profiled: {profiled}): the graph keeps the profiled "
                        f"{dim.text} groups and their measured traffic; only the data-parallel degree (--workers) is scaled", flag)
 

@@ -235,7 +235,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
             "scenarios": rows,
             "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster) + _overlap_bound_notes(g0, bounds)
+            "notes": _hybrid_notes(g0, scenarios) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
+                     + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0) + _overlap_notes(cluster)
@@ -538,7 +539,7 @@ def _hook_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     return [note] if note else []
 
 
-def _hybrid_notes(g: Graph) -> list[str]:
+def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """What a hybrid job's answers leave as measured."""
     par = g.meta.parallel
     if par is None or not par.hybrid or par.dp_mesh:  # HSDP: every collective is data-parallel and modelled
@@ -549,8 +550,13 @@ def _hybrid_notes(g: Graph) -> list[str]:
     moved = (f"; the {len(acts)} unknown ones that moved activations in the data-parallel group (a loss's all-gathers, their "
              "backward's scatters) are re-priced by link what-ifs, their price on the profiled link replaced by the new one"
              + (f" ({unsized} more have no recorded size and keep their measured times)" if unsized else "")) if len(acts) else ""
+    # a dagprof run sees the data-parallel collectives only: a replica's others (a TP layer's all-reduces, their waits) are
+    # inside its layers' op times, which --compute-speed divides (bench/tp_fresh/mixer_dp_tp.py: about a quarter of its step)
+    inside = 0 < par.dp_size < par.world_size and par.dims <= {Dim.DP} and any(s.compute_speed for s in scenarios)
+    faster = ("; under --compute-speed, those a dagprof run timed inside the ops that issued them (a tensor-parallel layer's "
+              "all-reduces and their waits) speed up with those ops: the gain is an upper bound") if inside else ""
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
-            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "") + moved]
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "") + moved + faster]
 
 
 def _iteration_us(g0: Graph, s: Scenario, cluster: Cluster, base_topo: Topology | None, g: Graph, res: ReplayResult) -> float:

@@ -249,7 +249,8 @@ class Parallelism:
                 sizes = sorted({len(g.ranks) for g in self.groups if d.text in g.dims and g.ranks})
                 parts.append(d.text + (f" x{'/'.join(map(str, sizes))}" if sizes and d is not Dim.UNKNOWN else ""))
         if self.dp_size and self.world_size > self.dp_size and self.dims <= {Dim.DP}:
-            parts.append(f"{self.world_size // self.dp_size} ranks per replica (their other collectives not recorded)")
+            parts.append(f"{self.world_size // self.dp_size} ranks per replica (the collectives among them, such as tensor-parallel "
+                         "all-reduces, are timed inside the ops that issued them: not in this breakdown)")
         return ", ".join(parts) or "no collectives"
 
 
