@@ -208,6 +208,9 @@ def offline12(keep: str, cores: int | None = None) -> list[float]:
               f"{'yes' if mid[2] <= m <= mid[3] else 'no':>6s} {statistics.median(change):+8.2f} %  {per}")
     m0, p0 = (statistics.median(x[i] for x in refs["ddp"]) for i in (0, 1))
     print(f"{'(the DDP profile itself)':27s} {2:5d} {'1Gbit':>8s} {p0:10.1f} {m0:9.1f} {100 * (p0 - m0) / m0:+7.2f} %")
+    held = [(c.ranks, x[2] <= x[0] <= x[3]) for c in table for x in rows[c.label]]  # each round's interval against its own job
+    print(f"intervals (90 %) holding their own round's job: {sum(h for _, h in held)} of {len(held)} "
+          f"(4 ranks: {sum(h for n, h in held if n > 2)} of {sum(n > 2 for n, _ in held)})")
     a = sorted(map(abs, errors[1:]))  # the what-ifs, not the profiled setup itself
     print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each); "
           f"the profiled setup {errors[0]:+.2f} %")

@@ -90,9 +90,20 @@ iteration, at the pace of the profile's fastest replayed step (its compute may r
 compute-bound job's floor is not its point), lowered by a known shift that puts the job below the point: spreads wide enough to reach it (a Horovod run
 whose unprofiled steps spread +-104 % put it at 0.00 ms) are cut there, and ``terms`` says so with ``compute_floor``.
 That bound is the model's own, for the scenario: a run whose compute is faster than the profile's (beyond that shift)
-is outside what the profile can tell. Not seen by any of them: a shared machine's level moving between
-the profile and a run by more than it moved across the profiled window (the same job's median step moved
-16-35 % between rounds minutes apart on the 2-core testbed): no measured quantity of one profile tells it.
+is outside what the profile can tell.
+
+- ``level`` (FSDP profiles, both sides, at least; it lowers the floor too): a shared machine's level moving between the
+  profile and a run by more than it moved across the profiled window (the same job's median step moved 16-35 % between
+  rounds minutes apart on the 2-core testbed). No quantity of one profile tells where the later run's level will be,
+  but how far it may be is told by the job's unprofiled single steps: a load that moved one step may hold a whole run.
+  Their 90 % half-width (``step_spread``: the normal quantile on 1.4826 x their median absolute deviation, robust to the
+  odd stalled step) is the least each side reaches. Measured on 14 kept FSDP2 part-12 rounds (``bench/bench_fsdp.py
+  --part 12``, 2026-12-06; the profile's unprofiled steps' median against its setup's job measured a minute later,
+  -9.8 to +25.0 %): of what a profile knows, its steps' spread ranks with that gap (Spearman 0.65 for the unprofiled
+  steps' median's half-width, 0.60 for the window's inter-quartile range; the profiler's in-run cost -0.08, other
+  processes' CPU 0.46, the ranks' CPU skew -0.01), and the single steps' half-width held it in 12 of 14 rounds where the
+  median's (``unprofiled_steps``) held 8. Left out for DDP and the other frameworks, measured without it: their kept
+  runs' intervals held 89 % (``bench/bench_coverage.py``, 58 of 65), inside the goal's 80-95 %.
 """
 from __future__ import annotations
 
@@ -104,6 +115,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph
 from ..graph.meta import LoopSteps
 from ..graph.provenance import provenance
@@ -144,6 +156,7 @@ class RunLevel:
     pace: tuple[float, float] = (0.0, 0.0)  # how far the job's compute pace went below / above its median step to step (``compute_pace``)
     compute: float = 0.0  # the share of the point that ``pace`` moves: compute beyond the profiled share (``for_compute``; 0: none)
     host: tuple[float, float] = (1.0, 1.0)  # the correction's host-work factor at the cost's high and low ends, over its own (``cost_factors``)
+    level: float = 0.0  # half-width (at LEVEL) of where a later run's level may sit: the unprofiled single steps' (``step_spread``)
 
     def for_compute(self, share: float, profiled_share: float) -> "RunLevel":
         """The level's spreads (the profiler cost's error, the drift, the unprofiled steps') for a graph whose compute is
@@ -163,6 +176,7 @@ class RunLevel:
         f = share / profiled_share
         paced = (share - profiled_share, ("compute_pace",)) if max(self.pace) > 0 and share > profiled_share else (0.0, ())
         return replace(self, stderr=self.stderr * f, drift=self.drift * f, unprofiled=self.unprofiled * f, unprofiled_own=self.unprofiled_own * f,
+                       level=self.level * f,
                        compute=paced[0], terms=self.terms + paced[1])
 
 
@@ -181,7 +195,7 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
     if model_us and reference_us:
         shift = (1.0 + shift) * reference_us / model_us - 1.0
         terms.append("model")
-    drift = unprofiled = 0.0
+    drift = unprofiled = level = 0.0
     loop = g.meta.loop_steps
     if loop is not None and g.meta.steps:
         before, after = window_sides(loop, g.meta.steps, g.meta.job_of)
@@ -194,11 +208,14 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
             terms.append("drift")
             # the drift term carries that move: the two sides brought together by it, so the steps' spread leaves it out
             before, after = [x + moved / 2 for x in before], [x - moved / 2 for x in after]
-        unprofiled = median_spread(before + after) if len(before) + len(after) >= MIN_UNPROFILED_STEPS else 0.0
+        enough = len(before) + len(after) >= MIN_UNPROFILED_STEPS
+        unprofiled = median_spread(before + after) if enough else 0.0
         terms += ["unprofiled_steps"] * (unprofiled > 0)
+        level = step_spread(before + after) if enough and is_fsdp_graph(g) else 0.0
+        terms += ["level"] * (level > 0)
     # median_spread for a run as long as the steps: their median's own error and the run's, equal, in quadrature
     return RunLevel(shift, stderr, drift, unprofiled, unprofiled / math.sqrt(2), tuple(terms), compute_pace(loop) if loop is not None else (0.0, 0.0),
-                    host=host if corrected and stderr > 0 else (1.0, 1.0))
+                    host=host if corrected and stderr > 0 else (1.0, 1.0), level=level)
 
 
 def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Callable[[Graph], float], model: Graph | None = None) -> tuple[float, float]:
@@ -235,6 +252,17 @@ def compute_pace(loop: LoopSteps, level: float = LEVEL) -> tuple[float, float]:
         return 0.0, 0.0
     lo, mid, hi = np.quantile(stretch, [(1.0 - level) / 2, 0.5, (1.0 + level) / 2])
     return float(1.0 - lo / mid), float(hi / mid - 1.0)
+
+
+def step_spread(steps, level: float = LEVEL) -> float:
+    """Half-width, as a share of their median, of the ``level`` interval of one step like ``steps``: the normal quantile on
+    1.4826 x their median absolute deviation (a normal's standard deviation, which one stalled step does not move); 0
+    under 2 steps. Where a later run's level may sit (``RunLevel.level``)."""
+    x = np.asarray(steps, dtype=float)
+    med = float(np.median(x)) if len(x) else 0.0
+    if len(x) < 2 or med <= 0:
+        return 0.0
+    return statistics.NormalDist().inv_cdf(0.5 + level / 2) * 1.4826 * float(np.median(np.abs(x - med))) / med
 
 
 def median_spread(steps, level: float = LEVEL, runs: int | None = None) -> float:
@@ -294,12 +322,13 @@ class PredictionInterval:
             base = replace(self, lo_us=self.point_us * (1.0 - below), hi_us=self.point_us * (1.0 + above))
         # so the unprofiled steps' interval keeps only the run's median's error, their median's own being in the cost's too
         least = math.sqrt(max(run.unprofiled**2 - run.unprofiled_own**2, 0.0)) if run.stderr > 0 else run.unprofiled
+        least = max(least, run.level)  # a later run's level may sit where a single step did
         floor = least if least > min(base._sides()) else 0.0
         out = base._plus(below2, above2, run.terms, at_least=least, shift=run.shift, floor=floor)
         if "compute_floor" in self.terms:  # the least a run takes by the model (``predict_interval``), set before: kept.
             # optimize widens its intervals after the search, and printed FSDP2 U-Net intervals from 0.00 ms. Where the compute
             # pace applies, at its fastest: a wire-bound profile's fastest step barely outpaced its median, its compute did
-            paced = 1.0 - run.pace[0] if run.compute > 0 else 1.0
+            paced = (1.0 - run.pace[0] if run.compute > 0 else 1.0) * (1.0 - run.level)
             out = replace(out, lo_us=max(out.lo_us, min(self.lo_us * (1.0 + min(run.shift, 0.0)) * paced, self.point_us)))
         return out
 
@@ -469,7 +498,9 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     share = compute_floor(g, res)
     # the floor's replay holds the wake-ups at the point's price, host work on the main lane: lowered by as much as their price may be
     below = min(wake_up) if wake_up[0] > 0 else 0.0
-    return replace(out.at_least(point * share * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0)) - below), compute_share=share)
+    # a run at a faster level (``RunLevel.level``) runs its compute faster too
+    level = (1.0 + min(run.shift, 0.0)) * (1.0 - run.level) if run is not None else 1.0
+    return replace(out.at_least(point * share * fastest * level - below), compute_share=share)
 
 
 def _cost_sides(g: Graph, res: ReplayResult, run: RunLevel) -> tuple[float, float] | None:
