@@ -26,6 +26,7 @@ from .passes.profiler_cost import correct_profiler_cost, measure_profiler_cost
 from .pipeline import Profiled, open_run
 from .search import scenario
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
+from .search.measured import rank_load_note
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
 from .search.shared_cores import add_bounds
 from .search.whatif import MODEL_TOLERANCE_PCT
@@ -79,6 +80,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         refuse_own_ddp_setup(g, "the search")
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append(said)
+    if note := rank_load_note(prof.run):
+        res.notes.append(note)
     measured, statistic = measured_step_us(prof.graph, res.step_statistic)
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))
@@ -154,6 +157,7 @@ class Checked:
     expectation_errors: list[str] = field(default_factory=list)  # why a round could not be compared
     interval: PredictionInterval | None = None  # the strategy's step time predicted from the searched profile
     change: str | None = None  # an FSDP plan: what it changes in the searched profile's graph (``plan_change``)
+    rank_load: str | None = None  # the searched profile's ranks waited for a core far apart (``measured.rank_load_note``)
 
     @property
     def errors_pct(self) -> list[float]:
@@ -199,6 +203,7 @@ class Checked:
             **self._interval(),
             "categories_vs_expected_per_round": [_brief(e) for e in self.expectations],
             "predicted_change": self.change,
+            "searched_profile_rank_load": self.rank_load,
             "where_it_departs": self.where_it_departs() if self.departs else [],
             # ``dagprof diff`` hook: each strategy run's profile beside the strategy's prediction says which categories departed
             "strategy_runs": v.strategy_runs,
@@ -217,7 +222,7 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = ROU
         v = verify_in_process(cmd, found.path, work, rounds, ranks or 1, cluster, say)
     else:
         v = verify(cmd, found.path, work, rounds, ranks, cluster, say)
-    out = Checked(v, found.search.speedup, [], interval=(found.search.intervals or {}).get("best"))
+    out = Checked(v, found.search.speedup, [], interval=(found.search.intervals or {}).get("best"), rank_load=rank_load_note(found.profile.run))
     if found.strategy.fsdp is not None:
         res = found.search
         out.change = (f"{plan_change(found.profile.graph, found.strategy)}; predicted {res.baseline.iter_us / 1e3:.1f} -> "

@@ -207,6 +207,7 @@ def verification_lines(v: dict) -> list[str]:
             + ("gain confirmed (every round gained, the median at least half the predicted gain)" if v["confirmed"] else "gain NOT confirmed"),
             f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",
             *([f"  the model's change: {v['predicted_change']}"] if v.get("predicted_change") else []),
+            *([f"  {v['searched_profile_rank_load']}"] if v.get("searched_profile_rank_load") else []),
             *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
                f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"
                + (f" (with the shared-cores bounds, {TERM}: see the note)" if TERM in v["predicted_strategy"]["interval_basis"]["terms"] else "")]

@@ -84,6 +84,32 @@ def profiled_stretch(run: Run) -> float:
     return max((runnable_stretch(r.meta.train_thread) for r in run.ranks), default=0.0)
 
 
+# Ranks whose training threads waited for a core more than this apart, ms a profiled step, mean over the window: over every
+# quiet profile kept by the PowerSGD rounds of issue 20 (120 of 157 searched and per-round defaults' profiles of 14 kept
+# cells, each rank waiting under 15 % of its CPU) the ranks differed by at most 4.0 ms (p90 2.2); the two-tower's searched
+# profile, one rank beside another load, by 26
+RANK_WAIT_APART_MS = 5.0
+
+
+def rank_load_note(run: Run) -> str | None:
+    """One line where the profile's ranks' training threads waited for a core more than ``RANK_WAIT_APART_MS`` a step
+    apart (``RankMeta.train_thread``): the defaults' wire wait hides one rank's extra load, a strategy that shortens the
+    step pays it on that rank, so the predicted speed-up stands on that load (the two-tower's searched profile with its
+    rank 0 loaded read -12 %; a fresh one with rank 1 loaded and its compute brought to the pace after the window, +20 %).
+    None where they did not, or it was not recorded."""
+    waits = {r.rank: sum(s.wait_us for s in r.meta.train_thread) / len(r.meta.train_thread) / 1e3
+             for r in run.ranks if r.meta.train_thread}
+    if len(waits) < 2 or len(waits) < len(run.ranks):
+        return None
+    most, least = max(waits, key=waits.get), min(waits, key=waits.get)
+    if waits[most] - waits[least] <= RANK_WAIT_APART_MS:
+        return None
+    return (f"the searched profile's rank {most} waited {waits[most]:.1f} ms a step for a core on its training thread against "
+            f"{waits[least]:.1f} ms on rank {least} (more than {RANK_WAIT_APART_MS:g} ms apart: another load on its cores): a strategy "
+            f"that shortens the step pays that rank's pace, which the defaults' wire wait hid, so its predicted speed-up stands on a "
+            "load its own runs need not meet; profile again on quiet cores")
+
+
 def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:
     """Measured once per machine and model (``path`` keeps them), re-measured when something is missing."""
     shaped = [(p, s) for p, s in zip(order.params, order.shapes) if s is not None]
