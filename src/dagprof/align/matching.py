@@ -379,11 +379,19 @@ def _step_offsets(run: Run, per_rank_ops: list[dict[str, list[_Op]]], one_clock:
                 scored.append((c, len(gaps), float(np.median(gaps))))
         if not scored:
             continue
-        if one_clock:
-            out[p] = min(scored, key=lambda s: (s[2], -s[1]))[0]
+        nearest = min(scored, key=lambda s: (s[2], -s[1]))
+        if one_clock and nearest[2] <= _step_us(run.ranks[ref]) / 2:
+            out[p] = nearest[0]
         elif not any(c == 0 for c, _, _ in scored):
             out[p] = max(scored, key=lambda s: (s[1], -s[2]))[0]
     return ref, out
+
+
+def _step_us(trace: RankTrace) -> float:
+    """The median step of a rank in us (inf without two steps): on one clock, collectives a step or more apart at every
+    offset mean the clocks are not one (a host's clock stepped, two hosts of one name), and times cannot number steps."""
+    spans = trace.step_spans()
+    return float(np.median(spans[:, 2] - spans[:, 1])) if len(spans) else float("inf")
 
 
 def _by_step(ops: dict[str, list[_Op]]) -> dict[tuple, list[_Op]]:
