@@ -6,8 +6,9 @@ vendored fixture; nothing under tests/data changes.
 from __future__ import annotations
 
 import json
+import random
 
-from testdata import copy_fixture, edit_json
+from testdata import copy_fixture, edit_json, load_refused
 
 from dagprof.cli.main import main
 
@@ -46,3 +47,27 @@ def test_a_rank_clock_seconds_off_on_one_named_host_is_aligned_not_renumbered(tm
     assert doc["measured_iter_ms"] == clean["measured_iter_ms"]
     assert not any("renumbered" in w for w in doc["warnings"]), doc["warnings"]
     assert abs(doc["clock_alignment"]["offset_us"]["1"] + 3e6) < 1e4
+
+
+def test_an_mxnet_trace_whose_events_are_out_of_order_reads_as_in_order(tmp_path, capsys):
+    """Its B/E pairs were paired in the file's order: shuffled, the spans came out wrong and the link fit failed with a
+    line naming no file (a negative fixed cost); the trace format orders them by time, and so does the reader now."""
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
+    rc, clean, _ = _cli(capsys, "analyze", "--json", str(run))
+    assert rc == 0
+    edit_json(run / "worker1.json.gz", lambda d: random.Random(58).shuffle(d["traceEvents"]))
+    rc, doc, err = _cli(capsys, "analyze", "--json", str(run))
+    assert rc == 0, err
+    assert doc["predicted_iter_ms"] == clean["predicted_iter_ms"] and doc["warnings"] == clean["warnings"]
+
+
+def test_an_mxnet_time_past_a_doubles_microseconds_is_refused_naming_the_file(tmp_path):
+    """Times moved past 2**53 us collapse onto each other: read before as 'spans written twice'."""
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
+
+    def far(doc):
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] += 1e18
+    edit_json(run / "worker1.json.gz", far)
+    load_refused(run, "worker1.json.gz", "no microsecond count")
