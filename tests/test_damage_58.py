@@ -71,3 +71,13 @@ def test_an_mxnet_time_past_a_doubles_microseconds_is_refused_naming_the_file(tm
                 e["ts"] += 1e18
     edit_json(run / "worker1.json.gz", far)
     load_refused(run, "worker1.json.gz", "no microsecond count")
+
+
+def test_a_layer_csv_of_zero_times_is_refused_naming_the_file(tmp_path, capsys):
+    """Every layer 0 us (a warm-up's dump written out): ``sgd`` failed as an internal error (a division by the zero
+    iteration), where the B-Caffe log reader refuses such a dump."""
+    path = tmp_path / "layers.csv"
+    path.write_text("layer,forward_us,backward_us,grad_bytes,allreduce_us\n" + "".join(f"l{k},0,0,4096,0\n" for k in range(4)))
+    rc = main(["sgd", str(path), "--workers", "1,4", "--net", "10gbe"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and str(path) in err and "time is 0" in err and "\n" not in err
