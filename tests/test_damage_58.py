@@ -81,3 +81,18 @@ def test_a_layer_csv_of_zero_times_is_refused_naming_the_file(tmp_path, capsys):
     rc = main(["sgd", str(path), "--workers", "1,4", "--net", "10gbe"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and str(path) in err and "time is 0" in err and "\n" not in err
+
+
+def test_a_jax_rank_whose_steps_are_relabelled_is_refused_naming_the_offset(tmp_path, capsys):
+    """Rank 1's step times keyed 3 steps on (another window's file, or renumbered): XLA's sequence numbers carry the
+    step, so they paired its step 6 with rank 0's step 9, aligned the clocks 143 ms (three steps) apart and answered
+    49.93 ms for 46.21 with only a window warning; on their one clock the collectives tell, and the run is refused."""
+    run = copy_fixture(tmp_path, "tf-jax/pmap-host")
+
+    def relabel(doc):
+        doc["step_times_us"] = {str(int(k) + 3): v for k, v in doc["step_times_us"].items()}
+        doc["steps_profiled"] = [s + 3 for s in doc["steps_profiled"]]
+    edit_json(run / "rank1.json", relabel)
+    rc, _, text = _cli(capsys, "analyze", "--json", str(run))
+    assert rc == 2 and text.count("\n") == 1 and str(run) in text
+    assert "rank 1's step numbers disagree with rank 0's by -3" in text and "step 9 end with rank 0's of step 6" in text
