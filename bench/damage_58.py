@@ -353,7 +353,7 @@ def judge(row: dict) -> dict:
             row["class"], row["verdict"] = "refused-model", "good"
     elif cls == "accepted" and same and damage != "clean":
         row["class"], row["verdict"] = "unread", "good"
-    elif damage in UNCHANGED and cls in ("accepted", "warned") and not same:
+    elif damage in UNCHANGED and cls in ("accepted", "warned") and number is not None and not same:
         row["verdict"] = "bad"
     return row
 
