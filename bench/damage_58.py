@@ -353,8 +353,8 @@ def judge(row: dict) -> dict:
             row["class"], row["verdict"] = "refused-model", "good"
     elif cls == "accepted" and same and damage != "clean":
         row["class"], row["verdict"] = "unread", "good"
-    elif damage in UNCHANGED and cls in ("accepted", "warned") and number is not None and not same:
-        row["verdict"] = "bad"
+    elif damage in UNCHANGED and cls in ("accepted", "warned"):
+        row["verdict"] = "good" if number is None or same else "bad"  # no number printed: nothing to judge
     return row
 
 
