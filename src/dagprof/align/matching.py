@@ -368,22 +368,37 @@ def _step_offsets(run: Run, per_rank_ops: list[dict[str, list[_Op]]], one_clock:
         steps = {s for s, _ in by_key}
         if p == ref or not steps or not ref_steps:
             continue
-        if _explicit(per_rank_ops[p]) and _explicit(per_rank_ops[ref]):  # Seq pairs them; step numbers follow
-            out[p] = _offset_from_seq(per_rank_ops[p], per_rank_ops[ref])
-            continue
         scored = []  # (offset, collectives paired, median gap between their ends)
         for c in sorted({a - b for a in ref_steps for b in steps}, key=abs):
             gaps = [abs(x.end_us - y.end_us) for (s, kind), mine in by_key.items()
                     for x, y in zip(mine, by_key_ref.get((s + c, kind), ()))]
             if gaps:
                 scored.append((c, len(gaps), float(np.median(gaps))))
-        if not scored:
+        nearest = min(scored, key=lambda s: (s[2], -s[1])) if scored else None
+        near = one_clock and nearest is not None and nearest[2] <= _step_us(run.ranks[ref]) / 2
+        if _explicit(per_rank_ops[p]) and _explicit(per_rank_ops[ref]):  # Seq pairs them; step numbers follow
+            out[p] = _offset_from_seq(per_rank_ops[p], per_rank_ops[ref])
+            if near and nearest[0] != out[p] and dict((c, g) for c, _, g in scored).get(out[p], np.inf) > 2 * nearest[2] + 1e3:
+                s, r, r0 = min(steps), run.ranks[p].rank, run.ranks[ref].rank  # an XLA seq holds its step: relabelled, it pairs wrong
+                raise DagprofError(f"rank {r}'s step numbers disagree with rank {r0}'s by {nearest[0]:+d}: on their one clock rank {r}'s "
+                                   f"collectives of step {s} end with rank {r0}'s of step {s + nearest[0]}, but their sequence numbers "
+                                   f"pair them with step {s + out[p]}'s (a rank file of another window, or its steps renumbered)",
+                                   run.source)
             continue
-        if one_clock:
-            out[p] = min(scored, key=lambda s: (s[2], -s[1]))[0]
+        if nearest is None:
+            continue
+        if near:
+            out[p] = nearest[0]
         elif not any(c == 0 for c, _, _ in scored):
             out[p] = max(scored, key=lambda s: (s[1], -s[2]))[0]
     return ref, out
+
+
+def _step_us(trace: RankTrace) -> float:
+    """The median step of a rank in us (inf without two steps): on one clock, collectives a step or more apart at every
+    offset mean the clocks are not one (a host's clock stepped, two hosts of one name), and times cannot number steps."""
+    spans = trace.step_spans()
+    return float(np.median(spans[:, 2] - spans[:, 1])) if len(spans) else float("inf")
 
 
 def _by_step(ops: dict[str, list[_Op]]) -> dict[tuple, list[_Op]]:

@@ -165,10 +165,14 @@ def read_layer_csv(path: str | os.PathLike[str]) -> LayerProfile:
 
     workers = scalars.pop("workers", None)
     iter_us = scalars.pop("iter_us", None)
+    forward, backward = column("forward_us"), column("backward_us")
+    if not backward.any() and (forward is None or not forward.any()) and not any(scalars.values()):
+        raise DagprofError(f"every layer's forward and backward time is 0 (lines {rows[0][0]}-{rows[-1][0]}), and no io, h2d or "
+                           "update time: no computation to model (a warm-up's dump?)", path)
     return LayerProfile(
         names=names,
-        forward_us=column("forward_us"),
-        backward_us=column("backward_us"),
+        forward_us=forward,
+        backward_us=backward,
         grad_bytes=column("grad_bytes", integer=True),
         allreduce_us=column("allreduce_us"),
         workers=None if workers is None else int(workers),

@@ -137,8 +137,7 @@ def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PUL
     procs = {e.get("pid"): e.get("args", {}).get("name", "") for e in events if isinstance(e, dict) and e.get("ph") == "M"}
     if "operator" not in procs.values() and not any(isinstance(e, dict) and e.get("cat") == "operator" for e in events):
         raise DagprofError("not an mx.profiler trace (no operator events)", path)
-    open_: dict[tuple, list] = {}
-    ops, api = [], []
+    marks = []  # (ts, end?, key, event): paired in time order, as the trace format defines them, whatever the file's order
     for e in events:
         if not isinstance(e, dict):
             continue
@@ -149,11 +148,18 @@ def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PUL
                 ts = float(e["ts"])
             except (KeyError, TypeError, ValueError):
                 raise DagprofError(f"event without pid/tid/name/ts: {str(e)[:80]}", path) from None
-            if ph in ("B", "b"):
-                open_.setdefault(key, []).append(ts)
-            elif open_.get(key):
-                span = _Op(e["name"], e["pid"], e["tid"], open_[key].pop(0), ts)
-                (ops if ph == "E" else api).append(span)
+            if not abs(ts) < 2**53:  # NaN, infinite, or past the microseconds a double holds exactly
+                raise DagprofError(f"event with a time that is no microsecond count (ts {e['ts']!r}): {str(e)[:80]}", path)
+            marks.append((ts, ph in ("E", "e"), key, e))
+    marks.sort(key=lambda m: m[:2])  # at one time a begin first: a zero-length span pairs with itself
+    open_: dict[tuple, list] = {}
+    ops, api = [], []
+    for ts, end, key, e in marks:
+        if not end:
+            open_.setdefault(key, []).append(ts)
+        elif open_.get(key):
+            span = _Op(e["name"], e["pid"], e["tid"], open_[key].pop(0), ts)
+            (ops if e["ph"] == "E" else api).append(span)
     ops.sort(key=lambda o: o.start)
     api.sort(key=lambda o: o.start)
     spans = [(o.name, o.pid, o.tid, o.start, o.end) for o in ops if o.end > o.start]
