@@ -22,6 +22,8 @@ def test_parameter_server_messages_are_push_pull_of_a_key():
     p = open_run(str(DATA / "mxnet"))
     labels = [name for name, _ in p.analysis.path.top_ops]
     assert any(name.startswith("push/pull key ") for name in labels) and not any("all-reduce" in name for name in labels)
+    names = {k.key: k.name for k in p.graph.meta.ps.keys}  # each key with the parameter it carries
+    assert all(name.endswith(f" ({names[int(name.split()[2])]})") for name in labels if name.startswith("push/pull key "))
     assert "all-reduce" not in " ".join(f.detail for f in p.findings)
 
 
