@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from testdata import KINETO_PUBLIC
+from testdata import DATA, KINETO_PUBLIC
 
 from dagprof.cli.main import main
 
@@ -104,3 +104,17 @@ def test_whatif_without_an_axis_says_the_row_is_the_profiled_setup(capsys, tmp_p
 def test_optimize_without_buckets_is_a_clear_error(capsys):
     code, _, err = run_cli(capsys, "optimize", NCCL)
     assert code == 2 and "no gradient-bucket all-reduce" in err
+
+
+def test_python_m_dagprof_runs_the_command(tmp_path):
+    """``python -m dagprof`` is what a user without the script on PATH tries first: the command itself, its exit status
+    passed through (it was "'dagprof' is a package and cannot be directly executed")."""
+    import subprocess
+    import sys
+
+    run = str(DATA / "mxnet")
+    out = subprocess.run([sys.executable, "-m", "dagprof", "replay", run, "--json", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "iteration" in out.stdout or "error_pct" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "dagprof", "replay", run + "-missing"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
