@@ -6,9 +6,10 @@ Habits it exercises that the other TF scripts do not: the front end (framing, FF
 SpecAugment written by hand in the replica step (one random time mask and one random frequency mask per example, from
 ``tf.random.uniform`` bounds and ``tf.sequence_mask``-style comparisons, drawn afresh every step); ``strategy.gather``
 of every replica's predictions and labels each step (a dense all-gather beside the gradients' all-reduce) for a global
-confusion count on worker 0; a custom cross-replica reduction, ``strategy.reduce(ReduceOp.MAX, ...)`` of the
-per-example worst loss; ``Adam`` with ``weight_decay`` set (Keras 3's decoupled decay). ``python tf_kws_specaug_gather.py
---out RUN`` per worker, TF_CONFIG set.
+confusion count on worker 0; reductions of the user's own: the worst per-example loss gathered and maxed
+(``ReduceOp`` has no MAX) and the step's hits summed by ``get_replica_context().all_reduce`` inside the replica step;
+``Adam`` with ``weight_decay`` set (Keras 3's decoupled decay). ``python tf_kws_specaug_gather.py --out RUN`` per
+worker, TF_CONFIG set.
 """
 import argparse
 
@@ -97,24 +98,29 @@ def replica_step(inputs, labels):
         loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
     grads = tape.gradient(loss, model.trainable_variables)
     opt.apply_gradients(zip(grads, model.trainable_variables))
-    return loss, tf.reduce_max(per_example), tf.argmax(logits, -1, output_type=tf.int32), labels
+    preds = tf.argmax(logits, -1, output_type=tf.int32)
+    # a metric summed across the replicas inside the replica function (its own all-reduce beside the gradients')
+    hits = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.stack([tf.reduce_sum(tf.cast(preds == labels, tf.float32)), tf.cast(tf.size(labels), tf.float32)]))
+    return loss, tf.reduce_max(per_example)[None], preds, labels, hits
 
 
 @tf.function
 def train_step(it):
     inputs, labels = next(it)
-    loss, worst, preds, truth = strategy.run(replica_step, args=(inputs, labels))
+    loss, worst, preds, truth, hits = strategy.run(replica_step, args=(inputs, labels))
     return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
-            strategy.reduce(tf.distribute.ReduceOp.MAX, worst, axis=None),
-            strategy.gather(preds, axis=0), strategy.gather(truth, axis=0))
+            tf.reduce_max(strategy.gather(worst, axis=0)),  # ReduceOp has SUM and MEAN only: a max gathered, then taken
+            strategy.gather(preds, axis=0), strategy.gather(truth, axis=0), strategy.experimental_local_results(hits)[0])
 
 
 confusion = np.zeros((WORDS, WORDS), np.int64)
 with tf_profile(args.out, steps=args.window, model=model) as prof:  # dagprof (2/3)
     for step in range(args.steps):
         with prof.step(step):  # dagprof (3/3)
-            loss, worst, preds, truth = train_step(iterator)
+            loss, worst, preds, truth, hits = train_step(iterator)
         np.add.at(confusion, (truth.numpy(), preds.numpy()), 1)
         if step % 8 == 7 and strategy.cluster_resolver.task_id == 0:
             acc = np.trace(confusion) / confusion.sum()
-            print(f"step {step}: loss {float(loss):.3f} worst {float(worst):.2f} global acc {acc:.3f}", flush=True)
+            print(f"step {step}: loss {float(loss):.3f} worst {float(worst):.2f} global acc {acc:.3f} "
+                  f"(this step {float(hits[0]) / float(hits[1]):.3f})", flush=True)
