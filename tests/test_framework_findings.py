@@ -75,3 +75,17 @@ def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_pro
     assert main(["optimize", str(DATA / "tf-jax" / "lstm-lm-jit"), "--budget", "1"]) == 2  # nor sends it to whatif, which refuses it
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "32 data-parallel collectives a step" in err and "whatif" not in err
+
+
+def test_diff_breaks_a_parameter_servers_communication_down_by_key_and_parameter():
+    """diff's "one bucket at a time" read "bucket 7" on a DeepFM's batch 256 -> 512 (2026-12-06): a server's keys, named."""
+    import numpy as np
+
+    from dagprof.analysis.diff.attribution import _dimension
+    from dagprof.traces.events import Kind
+
+    g = open_run(str(DATA / "mxnet")).graph
+    pa = np.flatnonzero(g.kind == Kind.COMM)
+    by, labels = _dimension(g, pa, np.ones(len(pa), bool), "communication")
+    names = {k.key: k.name for k in g.meta.ps.keys}
+    assert by == "key" and all(lab == f"key {b} ({names[b]})" for lab, b in zip(labels, g.bucket[pa].tolist()) if b >= 0)
