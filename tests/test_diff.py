@@ -2,6 +2,8 @@
 and where it puts the change (synthetic runs here; real DDP runs in test_diff_real.py)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -100,6 +102,8 @@ def test_unrelated_graphs_are_refused_in_one_line():
         diff_analyses(analyze(g), analyze(other))
     msg = str(err.value)
     assert "not profiles of the same training" in msg and "% of A's ops" in msg and "\n" not in msg
+    # why ops of one training may not match, and each side's measured iteration, the answer the user came for
+    assert "a loop's trip count" in msg and re.search(r"measured iterations: A [\d.]+ ms, B [\d.]+ ms$", msg)
 
 
 def test_keys_ignore_ids_threads_and_instance_numbers():

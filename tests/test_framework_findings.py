@@ -22,6 +22,8 @@ def test_parameter_server_messages_are_push_pull_of_a_key():
     p = open_run(str(DATA / "mxnet"))
     labels = [name for name, _ in p.analysis.path.top_ops]
     assert any(name.startswith("push/pull key ") for name in labels) and not any("all-reduce" in name for name in labels)
+    names = {k.key: k.name for k in p.graph.meta.ps.keys}  # each key with the parameter it carries
+    assert all(name.endswith(f" ({names[int(name.split()[2])]})") for name in labels if name.startswith("push/pull key "))
     assert "all-reduce" not in " ".join(f.detail for f in p.findings)
 
 
@@ -83,3 +85,17 @@ def test_a_gap_between_layers_names_the_root_s_own_code_not_an_untimed_attention
     gap = [f.detail for f in open_run(str(DATA / run)).findings if f.detail.startswith("other:forward")]
     assert gap and f"the root {root}'s forward" in gap[0]
     assert ("nn.MultiheadAttention" in gap[0]) is mha
+
+
+def test_diff_breaks_a_parameter_servers_communication_down_by_key_and_parameter():
+    """diff's "one bucket at a time" read "bucket 7" on a DeepFM's batch 256 -> 512 (2026-12-06): a server's keys, named."""
+    import numpy as np
+
+    from dagprof.analysis.diff.attribution import _dimension
+    from dagprof.traces.events import Kind
+
+    g = open_run(str(DATA / "mxnet")).graph
+    pa = np.flatnonzero(g.kind == Kind.COMM)
+    by, labels = _dimension(g, pa, np.ones(len(pa), bool), "communication")
+    names = {k.key: k.name for k in g.meta.ps.keys}
+    assert by == "key" and all(lab == f"key {b} ({names[b]})" for lab, b in zip(labels, g.bucket[pa].tolist()) if b >= 0)

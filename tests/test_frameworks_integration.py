@@ -216,3 +216,27 @@ def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_wit
         assert sized == {CommKind.ALL_GATHER: params, CommKind.REDUCE_SCATTER: params}
     m = match_collectives(run)
     assert m.instances and not m.problems
+
+
+def test_strategy_gather_of_per_replica_tensors_is_sized_as_sent(tmp_path):
+    """``bench/frameworks/tf_kws_specaug_gather.py``: ``strategy.gather`` of each replica's worst loss (1 float) and of its
+    16 predictions and labels (int32) every step. TF pads each worker's tensor to the most any has (their shapes first),
+    so the gathers' inputs have no static shape: sized per row, with no rows counted for them, all three went at 0 B.
+    The padded tensors' own shapes are static (every worker's program fixes them): each gathers as that shape."""
+    python = os.environ.get("DAGPROF_TF_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu (see this file)")
+    import sys  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_frameworks import launch  # noqa: PLC0415
+
+    out = tmp_path / "run"
+    out.mkdir()
+    codes = launch("tf_kws_specaug_gather", python, str(out), 2, 400, script_args=("--steps", "9", "--window", "6:8"))
+    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    for trace in load(str(out)).ranks:
+        ev = trace.events
+        sent = sorted(int(ev.nbytes[i]) for i in range(len(ev)) if ev.step[i] == 6 and ev.name_of(i).startswith("allgather")
+                      and ev.name_of(i).endswith("CollectiveGatherV2_1"))
+        assert sent == [8, 128, 128]  # 2 workers' 1 float, 16 int32 predictions, 16 int32 labels

@@ -640,3 +640,31 @@ def test_an_optimizer_hook_error_stops_profiling_not_the_step(tmp_path):
     with pytest.warns(RuntimeWarning, match="profiling disabled after an error in optimizer hook: ZeroDivisionError"):
         c.optimizer_hook(begin=False)(object(), (), {})
     assert not c.enabled
+
+
+def _with_join(src: str, dst, at_us: float) -> None:
+    """A copy of a run whose timeline has an ``hvd.join()`` return at ``at_us`` (epoch us): Horovod writes one as an end
+    event alone on a ``join.noname`` track (2026-12-06, bench/frameworks/hvd_bert_mlm_join.py)."""
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, TIMELINE)
+    text = open(path).read().strip().removesuffix("]").rstrip().rstrip(",")
+    epoch = read_timeline(path).epoch_us
+    join = [{"name": "process_name", "ph": "M", "pid": 999, "args": {"name": "join.noname"}},
+            {"ph": "E", "ts": at_us - epoch, "pid": 999, "args": {"dtype": "int32", "shape": "[]"}}]
+    with open(path, "w") as f:
+        f.write(text + "," + ",".join(json.dumps(e) for e in join) + "]")
+
+
+def test_a_join_inside_the_profiled_steps_is_refused_in_one_line_and_one_after_them_is_read(tmp_path):
+    """Uneven batches with ``hvd.join()`` at each epoch's end: inside the window the ranks' steps no longer pair up (refused,
+    naming the window that ends before it); after the window the join is no problem line and the run reads as before."""
+    tl = read_timeline(os.path.join(fixture("fused"), TIMELINE))
+    middle = tl.responses[len(tl.responses) // 2]
+    _with_join(fixture("fused"), tmp_path / "inside", middle.t1 + 1.0)
+    assert read_timeline(tmp_path / "inside" / TIMELINE).joins == [pytest.approx(middle.t1 + 1.0)]
+    with pytest.raises(DagprofError, match=r"hvd\.join\(\) returned inside the profiled steps \d+-\d+ .*--steps \d+:\d+ at most"):
+        read_horovod_run(tmp_path / "inside")
+    _with_join(fixture("fused"), tmp_path / "after", tl.responses[-1].t1 + 2e6)
+    after = read_timeline(tmp_path / "after" / TIMELINE)
+    assert len(after.joins) == 1 and not any("without a start" in p for p in after.problems)
+    assert len(read_horovod_run(tmp_path / "after").ranks) == 2

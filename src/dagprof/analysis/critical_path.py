@@ -89,6 +89,13 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10) -> CriticalPath:
     return CriticalPath(nodes, float(res.end[nodes[-1]]), by_cat, ops, crossed[np.argsort(at)].tolist(), overhead_breakdown(g, nodes, category))
 
 
+def ps_key(g: Graph, key: int) -> str:
+    """A parameter server's key with the parameter it carries, which the user knows it by (a number alone did not say
+    that key 7 was a DeepFM's 1.3 MB embedding table)."""
+    name = next((k.name for k in g.meta.ps.keys if k.key == key), "")
+    return f"push/pull key {key}" + (f" ({name})" if name else "")
+
+
 def _label(g: Graph, v: int) -> str:
     """Group a node with its peers on other ranks and steps: by layer, bucket or op name."""
     kind = category(g.kind[v])
@@ -96,7 +103,7 @@ def _label(g: Graph, v: int) -> str:
         return f"{kind} {g.layers[g.layer[v]]}"
     if g.kind[v] == Kind.COMM and g.bucket[v] >= 0:  # a parameter server's key, Horovod's fused response, DDP's bucket
         sparse = g.role[v] == CommRole.SPARSE  # a sparse gradient's, gathered
-        return (f"push/pull key {g.bucket[v]}" if g.meta.ps else f"fused all-reduce {g.bucket[v]}" if g.meta.horovod
+        return (ps_key(g, int(g.bucket[v])) if g.meta.ps else f"fused all-reduce {g.bucket[v]}" if g.meta.horovod
                 else f"{'all-gather sparse' if sparse else 'all-reduce'} bucket {g.bucket[v]}")
     name = g.node_name(v)
     return name.split(".", 1)[1] if name.startswith("rank") and "." in name else name.rsplit(".", 1)[0]

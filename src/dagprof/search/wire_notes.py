@@ -181,7 +181,9 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
             "the largest of them moved")
     n0 = graph_world_size(g)
     absurd = [(s, it) for s, it in _link_rows_faster(rows, n0, model_us) if parse_bandwidth(s.bandwidth) < moved]
-    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (time on busy cores, such as JAX's per-array stall on gloo)"
+    # the example in the framework's own terms (a Horovod user was told of JAX's stall, 2026-12-06 hvd_bert_mlm_join)
+    such = "JAX's per-array stall on gloo" if g.meta.framework == "jax" else "a wait for a core or for a slower rank"
+    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (time on busy cores, such as {such})"
     if absurd:
         s, it = absurd[0]
         row = f"--bandwidth {s.bandwidth}" + (f" --workers {s.workers}" if s.workers else "")

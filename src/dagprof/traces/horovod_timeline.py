@@ -69,6 +69,7 @@ class Timeline:
     negotiations: dict[str, list[tuple[float, float]]]  # tensor -> (first rank ready, all ready) spans
     ready_marks: dict[str, list[tuple[int, float]]]  # tensor -> (rank, time): uncached negotiations only
     problems: list[str] = field(default_factory=list)
+    joins: list[float] = field(default_factory=list)  # when each ``hvd.join()`` returned (its lone end event), epoch us
 
     def shifted(self, us: float) -> "Timeline":
         """The same timeline ``us`` later: Horovod dates it from two clock reads at ``hvd.init`` (``TimelineWriter::
@@ -80,7 +81,8 @@ class Timeline:
                                          cycle=None if r.cycle is None else move(r.cycle)) for r in self.responses]
         return dataclasses.replace(self, epoch_us=move(self.epoch_us), responses=responses, cycles=self.cycles + us,
                                    negotiations={k: [(move(a), move(b)) for a, b in v] for k, v in self.negotiations.items()},
-                                   ready_marks={k: [(rank, move(x)) for rank, x in v] for k, v in self.ready_marks.items()})
+                                   ready_marks={k: [(rank, move(x)) for rank, x in v] for k, v in self.ready_marks.items()},
+                                   joins=[move(x) for x in self.joins])
 
 
 def _load_events(path: str) -> list:
@@ -115,6 +117,7 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
     negotiations: dict[str, list[tuple[float, float]]] = {}
     ready: dict[str, list[tuple[int, float]]] = {}
     problems: list[str] = []
+    joins: list[float] = []
     cur: Response | None = None
     cur_sealed = True  # an activity or end was seen since the current response's starts
     for e in events:
@@ -162,7 +165,10 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
             stack.append(name)
         elif ph == "E":
             if not stack:
-                problems.append(f"an end without a start for {t} at ts {ts:.0f}")
+                if t.startswith("join."):  # Horovod writes an ``hvd.join()`` as an end alone, when the last rank joined
+                    joins.append(ts)
+                else:
+                    problems.append(f"an end without a start for {t} at ts {ts:.0f}")
                 continue
             opened = stack.pop()
             if opened.startswith("NEGOTIATE_"):
@@ -196,7 +202,7 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
     return Timeline(
         path, epoch, [r for r in responses if r.complete], np.asarray(sorted(cycles), dtype=float) + epoch,
         {k: [(shift(a), shift(b)) for a, b in v] for k, v in negotiations.items()},
-        {k: [(rank, shift(x)) for rank, x in v] for k, v in ready.items()}, problems,
+        {k: [(rank, shift(x)) for rank, x in v] for k, v in ready.items()}, problems, [shift(x) for x in joins],
     )
 
 

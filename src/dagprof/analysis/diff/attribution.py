@@ -22,6 +22,7 @@ from ...graph.dag import Graph
 from ...replay import IncrementalReplayer, replay
 from ...traces.events import Kind
 from ..breakdown import job_iteration_us
+from ..critical_path import ps_key
 from .match import LabelTable, OpMatch
 
 TOP_GROUPS = 6  # layers/buckets/ops/ranks replayed one at a time per category; the rest go together
@@ -173,6 +174,8 @@ def attribute(a: Graph, b: Graph, m: OpMatch, base_us: float, target_us: float, 
 def _dimension(a: Graph, pa: np.ndarray, changed: np.ndarray, category: str) -> tuple[str, np.ndarray]:
     """How to break a category down: by bucket (communication), by layer (where ops have one), else by op."""
     nodes = pa[changed]
+    if category == Category.COMMUNICATION.value and (a.bucket[nodes] >= 0).any() and a.meta.ps:  # a parameter server's keys
+        return "key", np.array([ps_key(a, x).removeprefix("push/pull ") if x >= 0 else "no key" for x in a.bucket[pa].tolist()], dtype=object)
     if category == Category.COMMUNICATION.value and (a.bucket[nodes] >= 0).any():
         return "bucket", np.array([f"bucket {x}" if x >= 0 else "no bucket" for x in a.bucket[pa].tolist()], dtype=object)
     if len(nodes) and (a.layer[nodes] >= 0).mean() >= 0.5:

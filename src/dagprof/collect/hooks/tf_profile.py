@@ -355,6 +355,13 @@ def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveS
                 if t.shape.is_fully_defined():
                     found.setdefault(prefix + op.name, set()).add(int(np.prod(dims or [], dtype=np.int64)) * t.dtype.size)
                     continue
+                u = _unpadded(t)
+                if u is not t and u.shape.is_fully_defined():
+                    # padded to the most any worker has, from a shape every worker's program fixes (``strategy.gather`` of
+                    # a per-replica tensor): nothing to pad, sent as that shape; sized per row, no rows were counted for
+                    # it and it went at 0 B (tf_kws_specaug_gather's gathered predictions, 2026-12-06)
+                    found.setdefault(prefix + op.name, set()).add(int(np.prod(u.shape.as_list() or [], dtype=np.int64)) * u.dtype.size)
+                    continue
                 dynamic.add(prefix + op.name)
                 if dims is None or None in dims[1:]:  # padded by a computed amount, which shape inference leaves all unknown
                     t = _unpadded(t)
