@@ -12,7 +12,8 @@ Transfers: with Kineto, the gloo op (on a ``pt_gloo_runloop`` thread) that start
 (gloo runs FSDP's reduce-scatter as an all-reduce of the whole gradient: the transfer is named as
 FSDP called it); without, the call's own span. The job's own collectives the collector recorded (``DTensor.full_tensor``
 gathers, blocking c10d calls such as DCP's) are transfers too, of no unit; those Kineto shows outside every recorded call
-(clip_grad_norm_'s functional all-reduce) are counted in a warning: they stay host time. ``seq`` is the collective's index in issue order
+(clip_grad_norm_'s functional all-reduce) are counted in a warning: they stay host time, labelled by group for the
+breakdown by dimension (``parallelism.in_op_groups``). ``seq`` is the collective's index in issue order
 over the window (equal on every rank of the job: each issues the same sequence), its group is
 named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
 """
