@@ -20,7 +20,9 @@ from dagprof.passes import scale_workers, set_topology
 from dagprof.passes.comm import current_topology
 from dagprof.passes.compute import COMPUTE_KINDS
 from dagprof.passes.workers import refuse_degree
+from dagprof.pipeline import open_run
 from dagprof.replay import replay
+from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.parallelism import Dim, label_run
 
@@ -193,7 +195,36 @@ def test_mesh_on_a_dagprof_run_of_fsdp_beside_tp_refuses_as_hybrid(capsys, tmp_p
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
         assert "shards over 2 of its 4 ranks beside another dimension" in err and "unfolded" not in err
     code, out, err = _cli(capsys, "analyze", FRESH / "t5-dp-tp-dagprof")
-    assert code == 0 and "timed inside the ops that issued them: not in this breakdown" in out and "not recorded" not in out
+    assert code == 0 and "timed inside the ops that issued them: TP)" in out and "not recorded" not in out
+
+
+def test_a_dagprof_run_of_fsdp_beside_tp_counts_its_tp_collectives_under_tp_inside_the_ops(capsys, tmp_path):
+    """The TP all-reduces a dagprof FSDP x TP run times inside the layers (no hook sees them; Kineto shows them on the TP
+    group's own gloo threads, as a stock trace's are grouped) were in no row of the breakdown by dimension: each is now
+    labelled by its group's description (DeviceMesh's mesh_tp) and counted under TP as time inside the ops; a DDP run's
+    (SyncBatchNorm's, in DDP's group) count under DP, and no TP row appears."""
+    run = read_run(FRESH / "t5-dp-tp-dagprof")
+    for t in run.ranks:  # 16 in the layers a step (the README's count) and clipping's over tp; clipping's 2 over dp
+        tp, dp = f"{t.rank // 2 * 2},{t.rank // 2 * 2 + 1}", f"{t.rank % 2},{t.rank % 2 + 2}"  # mesh (dp, tp) = (2, 2)
+        assert {(x.group, x.dim): x.count for x in t.meta.in_op_groups} == {(tp, "TP"): 17, (dp, "DP"): 2}
+        assert all(x.us > 0 for x in t.meta.in_op_groups)
+    a = open_run(FRESH / "t5-dp-tp-dagprof").analysis
+    rows = {d.dim: d for d in a.comm_dims}
+    recorded = [x for t in run.ranks for x in t.meta.in_op_groups if x.dim == "TP"]
+    tp = rows[Dim.TP]
+    assert tp.collectives == 0 and tp.replayed_us == 0 and tp.groups == ["0,1", "2,3"]
+    assert tp.inside_ops == sum(x.count for x in recorded) / 2 == 34  # group instances: each rank's over its group's 2
+    assert tp.inside_us == pytest.approx(sum(x.us for x in recorded) / 2)
+    assert rows[Dim.DP].collectives == 12 and rows[Dim.DP].inside_ops == 4  # the graph's own DP collectives unchanged
+    code, out, err = _cli(capsys, "analyze", FRESH / "t5-dp-tp-dagprof", "--json")
+    row = next(d for d in json.loads(out)["communication_by_dim"] if d["dim"] == "TP")
+    assert code == 0 and row["inside_ops_per_iter"] == 34 and row["inside_ops_ms_per_iter"] == pytest.approx(tp.inside_us / 1e3)
+    code, out, err = _cli(capsys, "report", FRESH / "t5-dp-tp-dagprof", "-o", tmp_path, "--json")
+    html = open(json.loads(out)["files"]["report"]).read()
+    assert code == 0 and "<td>TP</td>" in html and "inside the ops ms" in html
+    syncbn = open_run(DATA / "ddp-fresh" / "syncbn").analysis
+    rows = {d.dim: d for d in syncbn.comm_dims}
+    assert set(rows) == {Dim.DP} and rows[Dim.DP].inside_ops / syncbn.steps == (9 + 9) * 2 / 2  # a step and rank, 2 ranks, one group
 
 
 def test_compute_speed_on_a_dagprof_run_beside_tp_says_its_tp_collectives_speed_up_with_their_ops(capsys, tmp_path):

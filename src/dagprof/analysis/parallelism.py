@@ -15,6 +15,9 @@ from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from ..units import MB
 
+INSIDE_OPS = ("collectives no hook saw, labelled by their process group; their measured transfers on the comm threads, waits "
+              "included, are time inside the ops that issued them, not on the critical path's comm lanes")
+
 
 @dataclass(frozen=True)
 class DimComm:
@@ -25,29 +28,47 @@ class DimComm:
     collectives: int
     nbytes: int
     replayed_us: float  # the collectives' replayed durations (shared transfer nodes)
+    # a dagprof run's collectives no hook saw (``Parallelism.in_op_groups``), per group instance (each rank's summed, over its
+    # group's ranks): timed inside the ops that issued them (host time), not on the comm lanes the critical path crosses
+    inside_ops: float = 0.0
+    inside_us: float = 0.0  # their measured transfers on the comm threads, waits for peers included
 
     def to_dict(self, per: int = 1) -> dict:
         return {"dim": self.dim.text, "groups": self.groups, "collectives_per_iter": self.collectives / per,
-                "mb_per_iter": self.nbytes / per / MB, "ms_per_iter": self.replayed_us / per / 1e3}
+                "mb_per_iter": self.nbytes / per / MB, "ms_per_iter": self.replayed_us / per / 1e3,
+                "inside_ops_per_iter": self.inside_ops / per, "inside_ops_ms_per_iter": self.inside_us / per / 1e3}
 
 
 def comm_by_dim(g: Graph, result: ReplayResult) -> list[DimComm]:
     """One row per dimension that has collectives, DP first."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
     dims = g.dim[comm] if g.meta.parallel is not None else np.full(len(comm), int(Dim.DP), dtype=np.int8)
+    inside: dict[int, list] = {}  # dim -> [group instances, us, groups]
+    for x in g.meta.parallel.in_op_groups if g.meta.parallel is not None else ():
+        d = next(k for k in Dim if k.text == x.dim)
+        size = len(x.group.split(",")) if x.group else 1
+        row = inside.setdefault(int(d), [0.0, 0.0, set()])
+        row[0] += x.count / size
+        row[1] += x.us / size
+        row[2].add(x.group or "not told")
     rows = []
-    for d in sorted(set(dims.tolist()), key=lambda d: (d == Dim.UNKNOWN, d)):
+    for d in sorted(set(dims.tolist()) | set(inside), key=lambda d: (d == Dim.UNKNOWN, d)):
         mine = comm[dims == d]
-        groups = sorted({g.devices[int(v)].name.removeprefix("group ") for v in g.device[mine] if v >= 0})
-        rows.append(DimComm(Dim(d), groups, len(mine), int(g.nbytes[mine].sum()), float((result.end[mine] - result.start[mine]).sum())))
+        n, us, named = inside.get(d, (0.0, 0.0, set()))
+        # the graph's names of its groups (DDP's "0"), else the in-op ones' ranks
+        groups = sorted({g.devices[int(v)].name.removeprefix("group ") for v in g.device[mine] if v >= 0} or named)
+        rows.append(DimComm(Dim(d), groups, len(mine), int(g.nbytes[mine].sum()), float((result.end[mine] - result.start[mine]).sum()),
+                            n, us))
     return rows
 
 
 def parallelism_dict(g: Graph) -> dict | None:
-    """The labelled process groups (name, description, ranks, labels, why), for --json and the report."""
+    """The labelled process groups (name, description, ranks, labels, why), and the collectives inside the ops by group
+    (summed over ranks and steps), for --json and the report."""
     par = g.meta.parallel
     if par is None:
         return None
     return {"summary": par.describe(), "dp_size": par.dp_size, "notes": par.notes,
             "groups": [{"name": x.name, "desc": x.desc, "ranks": list(x.ranks), "collectives": x.dims, "evidence": x.evidence}
-                       for x in par.groups]}
+                       for x in par.groups],
+            "inside_ops": [{"group": x.group, "dim": x.dim, "collectives": x.count, "ms": x.us / 1e3} for x in par.in_op_groups]}

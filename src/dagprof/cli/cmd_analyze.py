@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from ..analysis.parallelism import INSIDE_OPS
 from ..pipeline import open_run
 from ..units import count
 from .common import add_run_arguments, ms, pct, warning_lines
@@ -33,8 +34,14 @@ def to_text(r: dict) -> str:
     if r.get("communication_by_dim"):
         par = r.get("parallelism") or {}
         lines += ["", "communication by mesh dimension" + (f" ({par['summary']})" if par else "") + ", per iteration:"]
-        lines += [f"  {d['dim']:<8} {d['collectives_per_iter']:>7.1f} collectives {_mb(d['mb_per_iter'])} {d['ms_per_iter']:>9.2f} ms"
-                  f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
+        lines += [f"  {d['dim']:<8} "
+                  + (f"{d['collectives_per_iter']:>7.1f} collectives {_mb(d['mb_per_iter'])} {d['ms_per_iter']:>9.2f} ms"
+                     if d["collectives_per_iter"] or not d["inside_ops_per_iter"] else "")
+                  + (f"{' + ' * bool(d['collectives_per_iter'])}{d['inside_ops_per_iter']:.1f} inside the ops, "
+                     f"{d['inside_ops_ms_per_iter']:.2f} ms" if d["inside_ops_per_iter"] else "")
+                  + f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
+        if any(d["inside_ops_per_iter"] for d in r["communication_by_dim"]):
+            lines.append(f"    (inside the ops: {INSIDE_OPS})")
         for grp in (par.get("groups") or [])[:8]:
             label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + (" collective" if sum(grp["collectives"].values()) == 1 else " collectives")
             lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {grp['evidence'][0]}")

@@ -10,6 +10,7 @@ import numpy as np
 from ..analysis import Analysis
 from ..analysis.critical_path import category
 from ..analysis.findings import Finding
+from ..analysis.parallelism import INSIDE_OPS
 from ..fsutil import atomic_open
 from ..search.whatif import COLUMNS as WHATIF_COLUMNS
 from ..traces.events import Kind
@@ -81,9 +82,12 @@ def render(inp: ReportInputs) -> str:
         parts.append("<h2>Communication by mesh dimension (per iteration)</h2>")
         if par is not None:
             parts.append(f"<p>{escape(par.describe())}. " + escape(" ".join(par.notes)) + "</p>")
-        parts.append(html_table(["dimension", "collectives", "MB", "replayed ms", "groups"],
-                                [[d.dim.text, d.collectives / per, d.nbytes / per / MB, ms(d.replayed_us), ", ".join(d.groups[:8])]
-                                 for d in a.comm_dims]))
+        inside = any(d.inside_ops for d in a.comm_dims)
+        parts.append(html_table(["dimension", "collectives", "MB", "replayed ms"] + ["inside the ops", "inside the ops ms"] * inside + ["groups"],
+                                [[d.dim.text, d.collectives / per, d.nbytes / per / MB, ms(d.replayed_us)]
+                                 + [d.inside_ops / per, ms(d.inside_us)] * inside + [", ".join(d.groups[:8])] for d in a.comm_dims]))
+        if inside:
+            parts.append(f"<p>Inside the ops: {escape(INSIDE_OPS)}.</p>")
 
     cp = a.path
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")

@@ -12,7 +12,8 @@ Transfers: with Kineto, the gloo op (on a ``pt_gloo_runloop`` thread) that start
 (gloo runs FSDP's reduce-scatter as an all-reduce of the whole gradient: the transfer is named as
 FSDP called it); without, the call's own span. The job's own collectives the collector recorded (``DTensor.full_tensor``
 gathers, blocking c10d calls such as DCP's) are transfers too, of no unit; those Kineto shows outside every recorded call
-(clip_grad_norm_'s functional all-reduce) are counted in a warning: they stay host time. ``seq`` is the collective's index in issue order
+(clip_grad_norm_'s functional all-reduce) are counted in a warning: they stay host time, labelled by group for the
+breakdown by dimension (``parallelism.in_op_groups``). ``seq`` is the collective's index in issue order
 over the window (equal on every rank of the job: each issues the same sequence), its group is
 named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
 """
@@ -28,6 +29,7 @@ from ..errors import DagprofError
 from ..intervals import covered
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
+from .parallelism import in_op_groups
 from .run_comm import device_ops, exchange_starts
 from .run_schema import FSDP1_API, FSDP2_API, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
@@ -44,32 +46,37 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
     end = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_END], t[code == Rec.FSDP_COLL_END])}
     lo, hi = steps[0][1], steps[-1][2]
     calls = sorted((k, begin[k], end[k]) for k in begin if k in end and lo <= begin[k] <= hi)
-    gloo, device, optimizer = _kineto_transfers(kpath, rank, world, lo, hi, warnings) if kpath else (None, [], None)
+    gloo, device, optimizer, kt = _kineto_transfers(kpath, rank, world, lo, hi, warnings) if kpath else (None, [], None, None)
     if gloo is not None and len(gloo) < len(calls):
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
     transfers, host = [], []
     g = 0
-    outside: list[int] = []  # start (ns) of each collective Kineto saw outside FSDP's calls
+    outside: list[tuple[str, int, int, int]] = []  # each collective Kineto saw outside FSDP's calls
+    hooked: dict[str, tuple[int, ...]] = {}  # lane -> the group of FSDP's calls whose transfers ran on it
     for k, b0, b1 in calls:
         c = info.collectives[k]
         name = collective_name(info, c)
         lane, s0, x0, s1 = HOOK_LANE, b0, b0, b1
         if gloo is not None:
             while g < len(gloo) and gloo[g][1] < b0:
-                outside.append(gloo[g][1])
+                outside.append(gloo[g])
                 g += 1
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, x0, s1 = gloo[g]
+                if c.phase not in JOB_PHASES:  # FSDP's own: data parallel
+                    hooked.setdefault(lane, tuple(int(r) for r in c.group.split(",")))
                 g += 1
         kind, role = CommKind.from_label(c.kind).priced_as, CommRole.JOB if c.phase in JOB_PHASES else CommRole.PLAIN
         transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind, role=role))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes,
                           comm_kind=kind, role=role))
-    if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
+    labelled = []
+    if gloo is not None and (outside := outside + gloo[g:]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
-        warnings.append(_outside_text(outside, records, steps, info.api))
+        warnings.append(_outside_text([x[1] for x in outside], records, steps, info.api))
+        labelled = in_op_groups(kt, hooked, [(x[0], (x[3] - x[1]) / 1e3) for x in outside])
     _say_job_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
@@ -82,7 +89,8 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
                 phase = "forward" if key[1] == 0 else "backward"
                 host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
     source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
-    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer)
+    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer,
+                 in_op_groups=labelled)
 
 
 def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str = FSDP2_API) -> str:
@@ -136,9 +144,9 @@ def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
 
 
 def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int,
-                      warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp], OptimizerOps | None]:
+                      warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp], OptimizerOps | None, RankTrace]:
     """(lane, start ns, its exchange's start ns (``run_comm.exchange_starts``), end ns) of every collective Kineto saw in
-    [lo, hi], by start, the GPU's kernels and copies launched in it, and its optimizer steps' ops (``optimizer_ops``);
+    [lo, hi], by start, the GPU's kernels and copies launched in it, its optimizer steps' ops (``optimizer_ops``) and the trace;
     what the trace's reader noticed (events dropped and counted) joins ``warnings``. The start matches the op to the
     FSDP call it served; its transfer starts at the other."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
@@ -150,7 +158,8 @@ def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int,
     idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
     begin = exchange_starts(ev, idx)
     out = [(kt.lanes[ev.lane[i]].name, at(ev.start[i]), at(begin[i]), at(ev.start[i]) + int(round(ev.dur[i] * 1e3))) for i in idx]
-    return sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at), optimizer_ops(ev, _within(kt.base_ns + np.round(ev.start * 1e3), lo, hi))
+    return (sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at), optimizer_ops(ev, _within(kt.base_ns + np.round(ev.start * 1e3), lo, hi)),
+            kt)
 
 
 def _within(t_ns: np.ndarray, lo: int, hi: int) -> np.ndarray:

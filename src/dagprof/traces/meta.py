@@ -288,6 +288,17 @@ class UnseenCollective(msgspec.Struct, frozen=True):
     us: float = 0.0  # Kineto's spans, summed
 
 
+class InOpGroup(msgspec.Struct, frozen=True):
+    """A dagprof run's collectives that Kineto shows outside every hooked call (inside the model's ops, or the job's own host
+    time), of one process group, labelled with its mesh dimension (``traces.parallelism.in_op_groups``): how many in the
+    window on this rank, and their transfers' time on the comm threads. The graph times them inside those ops."""
+
+    group: str  # its ranks, "0,1" ("": not told)
+    dim: str  # ``Dim.text``
+    count: int = 0
+    us: float = 0.0  # Kineto's spans, summed
+
+
 class HookWire(msgspec.Struct, frozen=True, kw_only=True):
     """What a DDP comm hook of the job's own put on the wire in a dagprof run's window (``traces.run_comm.hook_calls``):
     its bucket transfers are priced from it, and what it cannot say is refused (``passes.buckets.refuse_own_ddp_setup``)."""
@@ -333,6 +344,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops, by
     # kind; timed inside those ops, not as collectives
     unseen_collectives: dict[CommKind, UnseenCollective] = {}
+    in_op_groups: list[InOpGroup] = []  # those collectives (FSDP's run: those outside its calls) by group and mesh dimension
     # --- set by align
     step_offset: int = 0  # added to this rank's step numbers to match the others' (align.matching)
     clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)

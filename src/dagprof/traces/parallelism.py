@@ -43,6 +43,7 @@ import numpy as np
 
 from .comm_kind import P2P, P2P_PEERED
 from .events import CommKind, EventTable, Kind, LaneKind, RankTrace, Run
+from .meta import InOpGroup
 
 ACTIVATION_MIN_BYTES = 1024  # a forward all-reduce below this is a loss or metric reduction, not evidence of TP
 
@@ -127,6 +128,35 @@ def desc_dim(desc: str) -> Dim:
     return Dim.UNKNOWN
 
 
+def in_op_groups(trace: RankTrace, hooked: dict[str, tuple[int, ...]], unhooked: list[tuple[str, float]]) -> list[InOpGroup]:
+    """A dagprof run's collectives that Kineto shows but no hook saw (``unhooked``: each one's lane and transfer us; the
+    model's own, inside its ops, or the job's host time), by process group and mesh dimension, labelled as a stock trace's
+    are (``desc_dim`` of the group's description, DeviceMesh's ``mesh_tp``): a ProcessGroupGloo (an NCCL communicator)
+    runs its collectives on lanes of its own (``_by_worker_lane``), so one on a lane where the hooks' collectives ran
+    (``hooked``: lane -> their group's ranks, data parallel) is in that group; one on another lane is in the rank's one
+    described group that no hook's collective ran in, else not told (unknown). A DP x TP job's tensor-parallel all-reduces
+    so count under TP in the breakdown by dimension, as time inside the ops that issued them."""
+    own = {name: tuple(r) for name, r in trace.group_ranks.items() if trace.rank in r}
+    desc = trace.meta.group_desc
+    dp = set(hooked.values())
+    told = [n for n, r in own.items() if desc_dim(desc.get(n, "")) is not Dim.UNKNOWN and r not in dp]
+    found: dict[tuple[str, str], list[float]] = {}
+    for lane, us in unhooked:
+        ranks = hooked.get(lane)
+        if ranks is not None:
+            name = next((n for n, r in own.items() if r == ranks and desc_dim(desc.get(n, "")) is not Dim.UNKNOWN), "")
+            dim = desc_dim(desc[name]) if name else Dim.DP
+        elif len(told) == 1:
+            ranks, dim = own[told[0]], desc_dim(desc[told[0]])
+        elif len(own) == 1:  # the rank's one group (a plain DDP job's): the hooks' one
+            ranks = next(iter(own.values()))
+            dim = Dim.DP if ranks in dp else Dim.UNKNOWN
+        else:
+            ranks, dim = (), Dim.UNKNOWN
+        found.setdefault((",".join(map(str, ranks)), dim.text), []).append(us)
+    return [InOpGroup(g, d, len(u), float(sum(u))) for (g, d), u in sorted(found.items())]
+
+
 @dataclass(frozen=True)
 class GroupLabel:
     """One process group of the job as labelled: what its collectives are and why."""
@@ -169,6 +199,9 @@ class Parallelism:
     # that never met (``graph.build`` keeps the host waits on them as measured), and re-pricing them is refused
     # (``passes.link_fit.profiled_comm``)
     ungrouped: str = ""
+    # a dagprof run's collectives Kineto shows but no hook saw (``in_op_groups``), summed over ranks and the window: the
+    # breakdown by dimension counts them as time inside the ops that issued them
+    in_op_groups: tuple[InOpGroup, ...] = ()
 
     def in_ops_text(self) -> str:
         """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
@@ -187,7 +220,8 @@ class Parallelism:
                  + (f", the rest {own}" if n > used else "")) if used else own
         head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
                 f"other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: {whose}. The graph "
-                "times them inside the ops that issued them: not in the breakdown by dimension")
+                "times them inside the ops that issued them" + (": counted so in the breakdown by dimension" if self.in_op_groups
+                                                                 else ": not in the breakdown by dimension"))
         sized, rest = self.in_ops_sized, n - self.in_ops_sized
         priced = (f"; link what-ifs re-price the {sized:g} whose bytes the collector recorded (the op's time less their price "
                   "on the profiled link, waits kept, plus their price on the new one)") if sized else ""
@@ -249,8 +283,9 @@ class Parallelism:
                 sizes = sorted({len(g.ranks) for g in self.groups if d.text in g.dims and g.ranks})
                 parts.append(d.text + (f" x{'/'.join(map(str, sizes))}" if sizes and d is not Dim.UNKNOWN else ""))
         if self.dp_size and self.world_size > self.dp_size and self.dims <= {Dim.DP}:
+            inside = sorted({g.dim for g in self.in_op_groups} - {Dim.DP.text})
             parts.append(f"{self.world_size // self.dp_size} ranks per replica (the collectives among them, such as tensor-parallel "
-                         "all-reduces, are timed inside the ops that issued them: not in this breakdown)")
+                         "all-reduces, are timed inside the ops that issued them: " + (", ".join(inside) or "not in this breakdown") + ")")
         return ", ".join(parts) or "no collectives"
 
 
@@ -512,9 +547,14 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
            "a dagprof run records them in DDP's group") if lone else ""
     in_ops, kinds, sized = _in_ops(run)
+    summed: dict[tuple[str, str], list] = {}
+    for x in (x for t in run.ranks for x in t.meta.in_op_groups):
+        summed.setdefault((x.group, x.dim), [0, 0.0])
+        summed[(x.group, x.dim)][0] += x.count
+        summed[(x.group, x.dim)][1] += x.us
     par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
                       (in_loop[0], in_loop[1]), in_ops, kinds, sized, ddp_used_map=any(t.meta.find_unused for t in run.ranks),
-                      ungrouped=ungrouped)
+                      ungrouped=ungrouped, in_op_groups=tuple(InOpGroup(g, d, n, us) for (g, d), (n, us) in sorted(summed.items())))
     if in_ops[0]:
         notes.append(par.in_ops_text())
     return par, per_event

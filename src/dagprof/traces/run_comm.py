@@ -12,8 +12,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .comm_kind import P2P
 from .events import CommKind, CommRole, Dep, Kind, Lane, LaneKind, RankTrace
 from .meta import HookWire, UnseenCollective
+from .parallelism import in_op_groups
 from .run_schema import OWN_KINDS, Col, Rec
 from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
 
@@ -130,10 +132,12 @@ def hook_comm(records: np.ndarray, world: int) -> _Comm:
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
-def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: list, warnings: list, dp: int | None = None) -> _Comm:
-    """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order. ``dp``: DDP's
-    group's ranks (a comm hook's all-gathers gather theirs), by default the job's."""
-    dp = dp or world
+def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: list, warnings: list,
+                dp_ranks: tuple[int, ...] = ()) -> _Comm:
+    """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order. ``dp_ranks``:
+    DDP's group's ranks (a comm hook's all-gathers gather theirs), by default the job's."""
+    dp_ranks = dp_ranks or tuple(range(world))
+    dp = len(dp_ranks)
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank, world=world)
@@ -211,8 +215,11 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         unseen[kind] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
     sized = in_op_sizes([(colls.get(i, CommKind.UNKNOWN), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside],
                         records, lo, hi, [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host])
+    hooked = {kt.lanes[ev.lane[i]].name: dp_ranks for i in used}
+    labelled = in_op_groups(kt, hooked, [(kt.lanes[ev.lane[i]].name, float(ev.dur[i])) for i in inside
+                                         if colls.get(i, CommKind.UNKNOWN) not in P2P and colls.get(i) != CommKind.ALL_TO_ALL])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 device_ops(kt, lo, hi, at), unseen, in_op=sized)
+                 device_ops(kt, lo, hi, at), unseen, in_op=sized, in_op_groups=labelled)
 
 
 def _hook_ops(call: HookCall, idx: list[int], colls: dict, used: set[int], ev, at) -> list[int]:

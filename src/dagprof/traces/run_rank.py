@@ -80,8 +80,8 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         if f.zero is not None and f.zero.buckets:  # overlap_with_ddp: ZeRO stepped inside DDP's comm hook
             comm = overlap_comm(records, f.zero, steps, kpath is not None, warnings, path)
         else:
-            dp = len(f.ddp_group_ranks) or f.world_size  # a comm hook's all-gathers gather DDP's group's ranks
-            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings, dp) if kpath else hook_comm(records, dp)
+            dp = tuple(f.ddp_group_ranks) or tuple(range(f.world_size))  # a comm hook's all-gathers gather DDP's group's ranks
+            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings, dp) if kpath else hook_comm(records, len(dp))
             if f.zero is not None:
                 label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]
@@ -96,7 +96,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     spans = [(step, b0, b1, partition_step(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
-    trace.meta.unseen_collectives = comm.unseen
+    trace.meta.unseen_collectives, trace.meta.in_op_groups = comm.unseen, comm.in_op_groups
     trace.meta.hook_wire = hook_wire(records, len(f.ddp_group_ranks) or f.world_size)
     trace.meta.grad_clips = _grad_clips(records, steps)
     trace.meta.fsdp, trace.meta.optimizer_ops, trace.meta.zero = f.fsdp, comm.optimizer, f.zero

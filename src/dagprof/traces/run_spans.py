@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .events import CommKind, CommRole, Dep, Kind, LaneKind
-from .meta import OptimizerOps, UnseenCollective
+from .meta import InOpGroup, OptimizerOps, UnseenCollective
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class _Comm:
     unseen: dict[CommKind, UnseenCollective] = field(default_factory=dict)  # Kineto's collectives issued inside other ops, by kind
     optimizer: OptimizerOps | None = None  # FSDP2 with Kineto: what its optimizer steps ran (``fsdp_run.optimizer_ops``)
     in_op: list[_InOp] = field(default_factory=list)  # those of ``unseen`` whose bytes are known (``run_comm.in_op_sizes``)
+    in_op_groups: list[InOpGroup] = field(default_factory=list)  # Kineto's collectives no hook saw, by group and dimension
 
 
 @dataclass(frozen=True)
