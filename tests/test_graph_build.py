@@ -68,3 +68,21 @@ def test_queued_collective_spans_give_transfer_times():
 
     link = fit_topology(g).inter  # one message size: all of it is bandwidth, 2(N-1)/N = 1 for two ranks
     assert link.beta_us_per_byte == pytest.approx(15.0 / 4096)
+
+
+def test_consuming_build_gives_the_same_graph_and_spends_the_builder():
+    """``GraphBuilder.build(consume=True)`` (a builder that is done frees its columns as it copies them) builds the graph
+    ``build()`` does, column by column and edge by edge; the spent builder refuses to be used again."""
+    from dagprof.graph.dag import NODE_COLUMNS, GraphBuilder
+
+    g = build_graph(ddp_run())
+    keep = np.ones(len(g), dtype=bool)
+    keep[::5] = False
+    kept = GraphBuilder.from_graph(g, keep)[0].build()
+    b = GraphBuilder.from_graph(g, keep)[0]
+    spent = b.build(consume=True)
+    for c in (*NODE_COLUMNS, "indptr", "succ"):
+        x, y = getattr(kept, c), getattr(spent, c)
+        assert x.dtype == y.dtype and np.array_equal(x, y), c
+    with pytest.raises(KeyError):
+        b.add_node("x", Kind.FORWARD)

@@ -26,3 +26,18 @@ def test_replay_skips_large_traces_unless_asked(capsys, tmp_path, monkeypatch):
         threads = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
         assert slices and {(e["pid"], e["tid"]) for e in slices} <= threads
         assert all(e["dur"] >= 0 and isinstance(e["args"], dict) for e in slices)
+
+
+def test_rows_chunk_by_chunk_equal_the_whole_columns(monkeypatch):
+    """``chrome_trace.rows`` lists a chunk of rows at a time: across chunk edges the rows are those of the whole columns."""
+    import numpy as np
+
+    from dagprof.report import chrome_trace
+
+    monkeypatch.setattr(chrome_trace, "_CHUNK", 7)
+    a, b = np.arange(50, dtype=np.int32) * 3, np.linspace(0.0, 1.0, 50)
+    index = np.argsort(-a, kind="stable")[:47]
+    got = list(chrome_trace.rows(index, lambda k: (a[k], b[k] + 1.0)))
+    assert got == list(zip(a[index].tolist(), (b[index] + 1.0).tolist()))
+    assert all(type(x) is int and type(y) is float for x, y in got)
+    assert list(chrome_trace.rows(index[:0], lambda k: (a[k],))) == []

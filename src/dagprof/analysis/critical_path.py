@@ -57,12 +57,7 @@ class CriticalPath:
 def critical_path(g: Graph, res: ReplayResult, top: int = 10) -> CriticalPath:
     if not len(g):
         return CriticalPath(np.empty(0, np.int64), 0.0, {}, [], [])
-    path = []
-    v = int(np.argmax(res.end))
-    while v >= 0:
-        path.append(v)
-        v = int(res.gate[v])
-    nodes = np.array(path[::-1], dtype=np.int64)
+    nodes = _gated_back(res, int(np.argmax(res.end)))
     # per category and per label, summed in path order (np.bincount adds in input order, as a loop would)
     cat_names = [category(k) for k in range(int(g.kind[nodes].max()) + 1)]
     cat_ids: dict[str, int] = {cat_names[int(g.kind[nodes[0]])]: 0, "framework overhead": 1}
@@ -81,6 +76,7 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10) -> CriticalPath:
     for k in np.argsort(first, kind="stable").tolist():
         key_label[k] = label_ids.setdefault(_label(g, int(nodes[first[k]])), len(label_ids))
     op_sums = np.bincount(key_label[inv.reshape(-1)], weights=g.dur[nodes].astype(np.float64), minlength=len(label_ids))
+    del layer, bucket, where, key, first, inv, code  # a node's worth each: gone before the overhead's walk
     per_op = {label: float(op_sums[i]) for label, i in label_ids.items()}
     by_cat = {k: v for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1]) if v > 0}
     ops = sorted(((k, v) for k, v in per_op.items() if v > 0), key=lambda kv: -kv[1])[:top]
@@ -94,6 +90,18 @@ def ps_key(g: Graph, key: int) -> str:
     that key 7 was a DeepFM's 1.3 MB embedding table)."""
     name = next((k.name for k in g.meta.ps.keys if k.key == key), "")
     return f"push/pull key {key}" + (f" ({name})" if name else "")
+
+
+def _gated_back(res: ReplayResult, v: int) -> np.ndarray:
+    """The chain of gates that ends at ``v``, first to last: filled from the back into one array (a list of a million
+    Python ints held 36 MB through the rest of the analysis)."""
+    out = np.empty(len(res.gate), dtype=np.int64)
+    i = len(out)
+    while v >= 0:
+        i -= 1
+        out[i] = v
+        v = int(res.gate[v])
+    return out[i:].copy()
 
 
 def _label(g: Graph, v: int) -> str:

@@ -76,10 +76,19 @@ class Assembler:
     def finish(self) -> Graph:
         """The graph, each node's gap its measured start minus the latest measured end of its predecessors."""
         n = len(self.mstart)
-        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)  # noqa: E731
+
+        def cat(xs: list[np.ndarray], dt: type) -> np.ndarray:
+            out = np.concatenate(xs).astype(dt, copy=False) if xs else np.empty(0, dt)
+            xs.clear()  # the assembler is done: its pieces go as each column is joined
+            return out
+
         src, dst, rule, seen = cat(self.src, np.int64), cat(self.dst, np.int64), cat(self.rule, np.int16), cat(self.seen, np.float64)
-        mstart, mend = np.array(self.mstart, dtype=np.float64), np.array(self.mend, dtype=np.float64)
-        seen_end = np.where(np.isnan(seen), mend[src] if len(src) else seen, seen)
+        # the measured intervals as they are (no copy: nothing is added to the assembler after its finish)
+        mstart, mend = np.frombuffer(self.mstart, dtype=np.float64), np.frombuffer(self.mend, dtype=np.float64)
+        seen_end = seen  # a copy of its pieces, owned here: u's own end filled in where v's rank saw none
+        own = np.flatnonzero(np.isnan(seen_end))
+        seen_end[own] = mend[src[own]]
+        del own
         latest = np.full(n, -np.inf)
         ok = np.isfinite(seen_end)
         np.maximum.at(latest, dst[ok], seen_end[ok])
@@ -93,4 +102,4 @@ class Assembler:
         self.b.meta.comm_lanes = self.comm_lanes
         origin = min(self.base_ns.values(), default=0)
         self.b.meta.provenance = Provenance(mstart, mend, src, dst, rule, seen_end, {r: (b - origin) / 1e3 for r, b in self.base_ns.items()})
-        return self.b.build().replace(gap=gap)
+        return self.b.build(consume=True).replace(gap=gap)

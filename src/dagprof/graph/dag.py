@@ -332,6 +332,8 @@ class GraphBuilder:
         """Every edge added so far, as (sources, destinations)."""
         if not self._src:
             return np.empty(0, np.int64), np.empty(0, np.int64)
+        if len(self._src) == 1 and isinstance(self._src[0], np.ndarray) and isinstance(self._dst[0], np.ndarray):
+            return self._src[0], self._dst[0]  # add_edges' int64 arrays as they are: no copy of every edge at the build's peak
         return (np.concatenate([np.atleast_1d(np.asarray(s, dtype=np.int64)) for s in self._src]),
                 np.concatenate([np.atleast_1d(np.asarray(d, dtype=np.int64)) for d in self._dst]))
 
@@ -345,11 +347,19 @@ class GraphBuilder:
         if len(arr) > 1:
             self.add_edges(arr[:-1], arr[1:])
 
-    def build(self) -> Graph:
+    def build(self, consume: bool = False) -> Graph:
+        """The graph of every node and edge added. ``consume``: for a builder that is done, each column is released as
+        soon as it is copied (the peak holds one column twice, not all 72 bytes a node), and the builder is unusable after."""
         n = len(self)
-        cols = {c: np.frombuffer(v, dtype=NODE_COLUMNS[c]).copy() for c, v in self._cols.items()}
+        cols = {}
+        for c in list(self._cols):
+            cols[c] = np.frombuffer(self._cols[c], dtype=NODE_COLUMNS[c]).copy()
+            if consume:
+                del self._cols[c]
         spread = NodeValues(np.frombuffer(self._spread_ids, np.int32).copy(), np.frombuffer(self._spread, np.float32).copy())
         src, dst = self.edges()
+        if consume:
+            self._src, self._dst = [], []
         return csr_graph(n, src, dst, names=self.names, devices=self.devices, layers=self.layers, meta=self.meta, ready_spread=spread, **cols)
 
     @classmethod
@@ -390,7 +400,9 @@ def csr_graph(n: int, src: np.ndarray, dst: np.ndarray, **fields: Any) -> Graph:
         del src, dst, ok
         key.sort()  # np.unique, in place: one edge-sized array fewer at the build's peak
         key = key[np.r_[True, key[1:] != key[:-1]]] if len(key) else key
-        src, dst = key // n, key % n
+        dst = key % n
+        key //= n  # in place: the sources
+        src = key
     counts = np.bincount(src, minlength=n) if n else np.zeros(0, np.int64)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])

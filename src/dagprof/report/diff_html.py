@@ -35,10 +35,8 @@ def write_diff(out_dir: str, d: ProfileDiff) -> dict[str, str]:
 
 
 def write_diff_trace(path: str, d: ProfileDiff) -> str:
-    slices = []
-    for side in (d.a, d.b):
-        a = side.analysis
-        slices += [dataclasses.replace(s, process=f"{side.label}: {s.process}") for s in replay_slices(a.graph, a.result, a.path.nodes)]
+    slices = (dataclasses.replace(s, process=f"{side.label}: {s.process}")
+              for side in (d.a, d.b) for s in replay_slices(side.analysis.graph, side.analysis.result, side.analysis.path.nodes))
     return write_chrome_trace(path, slices, {"producer": "dagprof diff", "a": d.a.source, "b": d.b.source})
 
 

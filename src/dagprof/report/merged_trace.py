@@ -13,7 +13,7 @@ import numpy as np
 from ..align.clocks import ClockAlignment
 from ..align.one_clock import alignment_of, on_one_clock
 from ..traces.events import Kind, Run
-from .chrome_trace import Slice, write_chrome_trace
+from .chrome_trace import Slice, rows, write_chrome_trace
 
 
 def _slices(run: Run, origin_ns: int) -> Iterator[Slice]:
@@ -23,9 +23,11 @@ def _slices(run: Run, origin_ns: int) -> Iterator[Slice]:
         shift = (t.base_ns - origin_ns) / 1000.0
         process = f"rank {t.rank}"
         lanes = [lane.name for lane in t.lanes]
-        o = np.argsort(ev.start, kind="stable")
-        cols = (ev.start[o] + shift, ev.dur[o], ev.kind[o], ev.group[o], ev.seq[o], ev.nbytes[o], ev.step[o], ev.lane[o], ev.name[o])
-        for start, dur, kind, group, seq, nbytes, step, lane, name in zip(*(c.tolist() for c in cols)):
+
+        def cols(o: np.ndarray, ev=ev, shift=shift) -> tuple[np.ndarray, ...]:
+            return ev.start[o] + shift, ev.dur[o], ev.kind[o], ev.group[o], ev.seq[o], ev.nbytes[o], ev.step[o], ev.lane[o], ev.name[o]
+
+        for start, dur, kind, group, seq, nbytes, step, lane, name in rows(np.argsort(ev.start, kind="stable"), cols):
             args: dict = {"kind": kinds[kind]}
             if group >= 0:
                 args.update(group=t.groups[group], seq=seq, nbytes=nbytes)
