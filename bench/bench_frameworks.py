@@ -155,11 +155,11 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
            script_args: tuple[str, ...] = (), hosts: Cluster | None = None, own_cores: bool = False) -> list[int]:
     """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal).
     ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace); ``script_args`` after a
-    TF or JAX script's own (``--script-args``). ``hosts`` (Horovod, TensorFlow): each worker on a host of its own, a namespace
+    TF or JAX script's own (``--script-args``). ``hosts`` (Horovod, TensorFlow, JAX): each worker on a host of its own, a namespace
     of ``hosts``, as a user starts a job on two hosts: ``horovodrun -H ADDR0:1,ADDR1:1`` from the first, its ``ssh`` the
-    shim that enters the namespace owning the address (``SSH_SHIM``); a TF worker started in its host's namespace, TF_CONFIG
-    naming the hosts' addresses. ``own_cores`` (Horovod, with ``hosts``): each host's processes confined to a core of their
-    own (``host_cores``), as on hosts that each have theirs."""
+    shim that enters the namespace owning the address (``SSH_SHIM``); a TF or JAX worker started in its host's namespace,
+    TF_CONFIG naming the hosts' addresses, a JAX script's ``--coordinator`` host 0's. ``own_cores`` (Horovod, with
+    ``hosts``): each host's processes confined to a core of their own (``host_cores``), as on hosts that each have theirs."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -191,20 +191,20 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
         with open(log_path) as log:
             said = re.search(r"the (?:profiled )?command exited with status (-?\d+)", log.read())
         return [int(said.group(1)) if said else 0 if code == 2 else code]  # 2 alone: dagprof refused a finished job (judge says why)
-    if hosts is not None and framework != "tensorflow":
-        raise ValueError(f"{name}: --hosts starts Horovod and TensorFlow jobs only")
     procs = []
+    addr = [hosts.addr(r) if hosts is not None else "127.0.0.1" for r in range(workers)]
     for rank in range(workers):
-        where = prefix
-        if framework == "tensorflow":  # with ``hosts``: each worker in its namespace, the cluster spec its hosts' addresses
-            addr = [hosts.addr(r) if hosts is not None else "127.0.0.1" for r in range(workers)]
+        # with ``hosts``: each worker in its namespace, started as on its host (its hostname resolves to its own address
+        # there, ``Cluster(iface=...)``, which JAX's gloo binds), TF's cluster spec or JAX's coordinator host 0's address
+        where = prefix if hosts is None else ("ip", "netns", "exec", hosts.ns(rank), *prefix)
+        if framework == "tensorflow":
             cluster = {"worker": [f"{a}:{p}" for a, p in zip(addr, ports)]}
             penv = dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}}))
             cmd = [python, script, "--out", out, *script_args]
-            if hosts is not None:
-                where = ("ip", "netns", "exec", hosts.ns(rank), *prefix)
         else:
-            penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0]), *script_args]
+            coordinator = ("--coordinator", addr[0]) if hosts is not None else ()  # JAX: every rank meets rank 0 there
+            penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0]),
+                              *coordinator, *script_args]
         procs.append(subprocess.Popen([*where, *cmd], env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
     deadline = time.monotonic() + timeout
     codes: list[int | None] = [None] * workers

@@ -12,7 +12,7 @@ Two rows per round: the compute of each added worker as profiled (its own cores)
 (``os.cpu_count()``, measured: the N workers' compute queued on them). Judged on the median step (the slowest rank's,
 replayed as measured), each round against its own measured job; the load average beside each job.
 
-``--hosts`` (TF, Horovod): each worker a host of its own (a namespace, its port shaped at ``--rate``: the FSDP/DDP 2 -> 4
+``--hosts`` (TF, JAX, Horovod): each worker a host of its own (a namespace, its port shaped at ``--rate``: the FSDP/DDP 2 -> 4
 cells' ``collect.jobs.netns.Cluster``), so N workers' ring runs on links as fast as the 2 workers' and the prediction
 is the user's own command, ``dagprof whatif RUN --workers N`` and ``--workers N --cores C`` (``whatif_cli``); the N-worker
 job is judged on its unprofiled steps (the median of those outside its window, past the warm-up), and the step's growth
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, help="the shaped loopback's rate, bit/s (default: the faster rate of the script's pair)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--first-round", type=int, default=0, help="the first round's number (rounds added to a --keep folder)")
-    ap.add_argument("--hosts", action="store_true", help="each worker a host of its own, its port shaped at --rate (TF, Horovod): "
+    ap.add_argument("--hosts", action="store_true", help="each worker a host of its own, its port shaped at --rate (TF, JAX, Horovod): "
                     "predicted by dagprof whatif --workers N [--cores C], judged on the N-worker job's unprofiled steps")
     ap.add_argument("--cores", type=int, default=os.cpu_count(), help="--hosts: the host's cores the N workers share (--cores C)")
     ap.add_argument("--script-args", default="", help="more arguments for each TF/JAX script (one string)")
@@ -209,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repredict", metavar="KEPT", help="run nothing; predict the rounds a --keep folder holds again")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    frameworks = ("tensorflow", "horovod") if args.hosts else ("tensorflow", "jax", "horovod")  # MXNet: bench_mxnet_ps.py
-    names = [n for n in args.only.split(",") if SCRIPTS[n][0] in frameworks]
+    names = [n for n in args.only.split(",") if SCRIPTS[n][0] in ("tensorflow", "jax", "horovod")]  # MXNet: bench_mxnet_ps.py
     results = repredict(args.repredict, names, args) if args.repredict else live(names, args)
     print(json.dumps(results, indent=1) if args.json else "\n".join(f"{n}: {json.dumps(r['summary'])}" for n, r in results.items()))
     return 0

@@ -63,3 +63,27 @@ def test_the_ssh_shim_confines_the_command_to_the_hosts_core():
         assert got.returncode == 0 and got.stdout.strip() == f"[{cores[1]}]"
         got = subprocess.run([SHIM, c.addr(0), show], env=env, capture_output=True, text=True)
         assert got.returncode == 0 and got.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
+
+
+@pytest.mark.frameworks
+def test_a_jax_script_runs_on_the_testbed_as_hosts_its_gradients_crossing_the_ports(tmp_path):
+    """``bench_workers_testbed.py --hosts`` with a JAX script (``bench_frameworks.launch``): each worker in its host's
+    namespace, its ``--coordinator`` host 0's address; JAX's gloo binds the address the hostname resolves to there, so the
+    all-reduces cross the shaped ports. Each of 2 ranks sends at least half its gradient a step (any all-reduce of 2
+    ranks), so the ports carry at least a whole gradient per step. Opt-in: ``DAGPROF_JAX_PYTHON`` (tests/test_frameworks_integration.py)."""
+    python = os.environ.get("DAGPROF_JAX_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_JAX_PYTHON: a Python with jax (tests/test_frameworks_integration.py)")
+    from bench_frameworks import launch  # noqa: PLC0415
+
+    from dagprof.traces.load import load  # noqa: PLC0415
+
+    steps, grad = 16, (5 * 1 * 16 + 5 * 16 * 32 + 32 * 120 * 128 + 128 + 128 * 10) * 4  # jax_shardmap's parameters, float32
+    with netns.Cluster(2, tag=f"hsj{os.getpid() % 10000}", iface="eth0") as c:
+        shape_hosts(c, 1e9)
+        sent0 = hosts_qdisc(c)[1]
+        codes = launch("jax_shardmap", python, str(tmp_path), 2, 400, script_args=("--steps", str(steps)), hosts=c)
+        sent = hosts_qdisc(c)[1] - sent0
+    assert codes == [0, 0], (tmp_path / "log1.txt").read_text()[-3000:]
+    assert len(load(str(tmp_path)).ranks) == 2
+    assert sent >= steps * grad

@@ -22,12 +22,13 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--coordinator", default="127.0.0.1", help="rank 0's host (its address)")
 ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--window", default="6:14", help="the profiled steps, A:B")
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(f"127.0.0.1:{args.port}", num_processes=args.world, process_id=args.rank)
+jax.distributed.initialize(f"{args.coordinator}:{args.port}", num_processes=args.world, process_id=args.rank)
 mesh = Mesh(np.array(jax.devices()), ("dp",))
 IN, H, OUT, CHUNK, B = 40, 128, 40, 20, 16
 

@@ -16,11 +16,12 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--coordinator", default="127.0.0.1", help="rank 0's host (its address)")
 ap.add_argument("--steps", type=int, default=24)
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(f"127.0.0.1:{args.port}", num_processes=args.world, process_id=args.rank)
+jax.distributed.initialize(f"{args.coordinator}:{args.port}", num_processes=args.world, process_id=args.rank)
 mesh = Mesh(np.array(jax.devices()), ("data",))
 
 rng = np.random.default_rng(0)

@@ -27,13 +27,14 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--coordinator", default="127.0.0.1", help="rank 0's host (its address)")
 ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--window", default="6:14", help="the profiled steps, A:B")
 ap.add_argument("--blocks", type=int, default=8, help="dilated blocks (dilations 1, 2, 4, 8, 16, 1, 2, 4, ...)")
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(f"127.0.0.1:{args.port}", num_processes=args.world, process_id=args.rank)
+jax.distributed.initialize(f"{args.coordinator}:{args.port}", num_processes=args.world, process_id=args.rank)
 mesh = Mesh(np.array(jax.devices()), ("dp",))
 CH, SKIP, KERNEL, T, LOCAL = 32, 32, 2, 128, 16
 DILATIONS = [2 ** (i % 5) for i in range(args.blocks)]
