@@ -40,6 +40,7 @@ class ReportInputs:
     sections: list[tuple[str, str]] = field(default_factory=list)  # extra (title, html) blocks
     links: dict[str, str] = field(default_factory=dict)  # label -> relative path
     warnings: list[str] = field(default_factory=list)
+    source: str | None = None  # the profile's folder as the reader finds it (the demo's moves after the graph is built); None: the graph's
 
 
 def render(inp: ReportInputs) -> str:
@@ -51,7 +52,7 @@ def render(inp: ReportInputs) -> str:
     meta = a.graph.meta
     parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.backend or '?'))}, "
                  f"steps {escape(step_range(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
-                 f"source <code>{escape(str(meta.source or ''))}</code></p>")
+                 f"source <code>{escape(str(inp.source or meta.source or ''))}</code></p>")
     parts.append("<div>")
     if a.measured_us is not None:
         parts.append(_kpi("measured iteration", f"{a.measured_us / 1e3:.1f} ms"))
@@ -109,6 +110,8 @@ def render(inp: ReportInputs) -> str:
         parts.append(html_table(list(o.get("table_columns", [])), o.get("table", [])) if o.get("table") else "")
         if o.get("summary"):
             parts.append(f"<div class='finding ok'>{escape(o['summary'])}</div>")
+        if o.get("notes"):
+            parts.append("<ul class='legend'>" + "".join(f"<li>{escape(n)}</li>" for n in o["notes"]) + "</ul>")
     for title, body in inp.sections:
         parts.append(f"<h2>{escape(title)}</h2>{body}")
     if inp.links:
