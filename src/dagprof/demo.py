@@ -107,11 +107,15 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
     b, best = d["baseline"], d["best"]
     measured = checked.to_dict() if checked else {}
     rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b.get("interval", b["predicted_iter_ms"]), measured.get("measured_baseline_ms", "")],
-            ["strategy found", best["buckets"], best["codec"], best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
+            ["strategy found" if found.path else "best candidate (not written)", best["buckets"], best["codec"],
+             best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
+    columns = ["setup", "buckets", "codec", "predicted ms per step", "measured ms per step (median of rounds)"]
+    if not checked:  # nothing applied: no measured column of empty cells
+        rows, columns = [r[:-1] for r in rows], columns[:-1]
     summary = f"Strategy by replay ({res.replayed} candidates): {found.strategy.summary() if found.path else defaults_stand(res)}."
     if checked:
         summary += " " + verdict(checked)
-    return {"table_columns": ["setup", "buckets", "codec", "predicted ms", "measured ms (median of rounds)"], "table": rows, "summary": summary}
+    return {"table_columns": columns, "table": rows, "summary": summary}
 
 
 def interval_notes(notes: list[str]) -> list[str]:

@@ -72,6 +72,8 @@ def render(inp: ReportInputs) -> str:
     parts.append("<h2>Per-rank breakdown (per iteration)</h2>")
     parts.append(svg.stacked_bars([(f"rank {b.rank}", {"compute": ms(b.compute_us - b.overlap_us), "overlap": ms(b.overlap_us),
                                                        "exposed communication": ms(b.exposed_comm_us)}) for b in a.ranks]))
+    parts.append("<p class='legend'>Each bar: compute, the part of it overlapped by communication, and communication not hidden behind "
+                 "compute; the rest of the iteration is waiting for other ranks and idle gaps.</p>")
     nan = float("nan")
     parts.append(html_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
                             [[b.rank, a.measured_iter_us.get(b.rank, nan) / 1e3, a.predicted_iter_us.get(b.rank, nan) / 1e3, ms(b.compute_us),
