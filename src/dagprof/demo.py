@@ -176,8 +176,10 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
         inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
     inp.source = "run"  # the staged folder the graph names moves to the output folder when the demo ends
     # one line each under the summary, not one paragraph of five sentences
+    done = " The demo did: the summary above has what it measured." if checked else ""  # for a warning that asks to measure (--verify)
+    warnings = [f"Warning: {w}.{done if '--verify' in w else ''}" for w in found.search.warnings]
     inp.optimisation["notes"] = ([notes[0][0].upper() + notes[0][1:] + "."] if notes else []) \
-        + [f"The intervals: {n}." for n in interval_notes(found.search.notes)] + [f"Warning: {w}." for w in found.search.warnings]
+        + [f"The intervals: {n}." for n in interval_notes(found.search.notes)] + warnings
     inp.sections.append(("On your own job", NEXT_HTML))
     return inp
 
