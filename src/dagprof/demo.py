@@ -90,7 +90,7 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy, profiled_bandwidth=wire), out, raw=True)
         checked = None
         if s.verify and found.path is None:
-            say(f"[5/5] nothing to apply: {defaults_stand(found.search)}")
+            say("[5/5] nothing to apply: no strategy is predicted to gain beyond run-to-run noise, so DDP's defaults stand")
         elif s.verify:
             say(f"[5/5] applying it to the real job, measured against DDP's defaults in {s.rounds} interleaved rounds")
             checked = check_strategy(train + ["--steps", str(s.verify_steps)], found, out, s.rounds, s.world_size, ranks_on,

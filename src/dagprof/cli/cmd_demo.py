@@ -74,7 +74,7 @@ def to_text(r: dict) -> str:
         lines.append(f"  {what:<{width}} {w['predicted_iter_ms']:9.1f} ms  x profiled {w['speedup_vs_profiled']:7.2f}  "
                      f"efficiency {w['scaling_efficiency']:.2f}")
     o = r["optimisation"]
-    lines.append("  (ms: predicted iteration; x profiled: throughput over the profiled run's; efficiency: over N x one worker's, "
+    lines.append("  (ms per iteration; x profiled: throughput over the profiled run's; efficiency: over N x one worker's, "
                  "1.0 = linear; compute speed 2: 2x faster)")
     lines += _outlook_lines(r.get("scaling_outlook") or {})
     lines.append(f"optimisation ({count(o['candidates_replayed'], 'candidate')} replayed): {o['summary']}")
@@ -90,7 +90,7 @@ def to_text(r: dict) -> str:
     return "\n".join(_wrapped(lines))
 
 
-WIDTH = 150  # a long line (a finding, the verification's) wraps here, its continuation indented under it
+WIDTH = 160  # a long line (a finding, the verification's) wraps here, its continuation indented under it
 
 
 def _wrapped(lines: list[str]) -> list[str]:
@@ -113,5 +113,5 @@ def _outlook_lines(o: dict) -> list[str]:
 def _next_lines(files: dict) -> list[str]:
     """What to open, and how to do the same on one's own training."""
     report = shown(files["report"]) if "report" in files else "the report"
-    return [f"next: open {report} in a browser, and the .trace.json files in https://ui.perfetto.dev; on your own training:",
-            "  dagprof profile -o runs/exp1 -- torchrun --nproc-per-node 2 train.py, then dagprof report runs/exp1, dagprof optimize runs/exp1 (README)"]
+    return [f"next: open {report} in a browser, and the .trace.json files in https://ui.perfetto.dev",
+            "  on your own training: dagprof profile -o runs/exp1 -- torchrun --nproc-per-node 2 train.py, then dagprof report / optimize runs/exp1 (README)"]
