@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 
+from dagprof.cli.cmd_demo import to_text
 from dagprof.cli.main import main
 
 
@@ -25,6 +26,14 @@ def test_demo_end_to_end(capsys, tmp_path):
     html = open(r["files"]["report"]).read()
     assert "Critical path" in html and "Optimisation" in html
     assert os.path.exists(out_dir / "run" / "manifest.json")
+    # what a person reads: no staged folder that is gone by the end, no line past 160 characters, and what to open next
+    assert ".dagprof-out-" not in html and "source <code>run</code>" in html and "On your own job" in html
+    if not r["optimisation"]["worth_applying"]:
+        assert "best candidate (not written)" in html and "measured ms per step" not in html  # nothing applied: no empty column
+    text = to_text(r).splitlines()
+    assert all(len(ln) <= 160 for ln in text), max(text, key=len)
+    assert any(ln.startswith("next: open ") and "report.html" in ln for ln in text) and text[-1].startswith("  on your own training: dagprof profile")
+    assert any(ln.startswith("scaling outlook (S-SGD") for ln in text)
 
 
 def test_a_failed_demo_keeps_what_it_wrote_and_names_where(tmp_path):

@@ -33,6 +33,15 @@ WHATIF_BANDWIDTHS = ["10Gbit", "1Gbit", "100Mbit"]
 WHATIF_WORKERS = [8, 64, 4096]
 OUTLOOK_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 OUTLOOK_NET = "10gbe"
+POLICY_WORDS = {"sequential": "nothing overlaps: input, forward, backward, every all-reduce, update, one after another",
+                "io-overlap": "the next batch's input loaded during compute",
+                "wfbp": "io-overlap, and each layer's all-reduce starts as soon as its gradient is ready, during the rest of backward",
+                "fused": "io-overlap, and one all-reduce of all gradients after backward (one big bucket)",
+                "mg-wfbp": "wfbp with small layers' gradients merged where that shortens the iteration (what DDP's buckets do)"}
+NEXT_HTML = ("<p>A strategy found here fits the demo's model only. On your training: <code>dagprof profile -o runs/exp1 -- torchrun "
+             "--nproc-per-node 2 train.py</code> (or <code>dagprof.profile(...)</code> in the loop), then <code>dagprof report runs/exp1</code>; "
+             "<code>dagprof optimize runs/exp1 --verify -- torchrun ... train.py</code> searches and measures a strategy for it, and "
+             "<code>dagprof.apply(ddp_model, \"strategy.json\")</code> applies the file it writes in your script (README, docs/optimize.md).</p>")
 LOOPBACK_NOTE = ("no root here, so the ranks talk over loopback, where the gradient all-reduce is a few percent of the step: "
                  "there is little for any strategy to gain (run as root to emulate a 2-host cluster with a slow link)")
 
@@ -61,7 +70,8 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
     train = python_module("dagprof.collect.jobs.demo_train", "--model", s.model, *(["--small"] if s.small else []))
     with hosts(s.world_size, s.link, tag=f"dpd{os.getpid() % 100000}") as on:
         ranks_on, where = on.cluster, on.where
-        say(f"[1/5] profiling a real {s.world_size}-rank gloo DDP training with DDP's default buckets on {where} -> {run_dir}")
+        # the folder is named at the end: here it is still the staged one, which moves to the output folder when the demo ends
+        say(f"[1/5] profiling a real {s.world_size}-rank gloo DDP training with DDP's default buckets on {where}")
         run_ranks(train + ["--steps", str(s.steps), "--profile", run_dir, "--profile-steps", f"{s.profile_steps[0]}:{s.profile_steps[1]}"],
                   s.world_size, os.path.join(out, "logs", "profile"), cluster=ranks_on)
         say("[2/5] building the global graph and replaying it")
@@ -73,14 +83,14 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         except DagprofError as e:  # the model misses the profiled run, so it predicts nothing: the report says why
             say(f"  {e}")
             whatifs, refused = [], str(e)
-        lossy = ", gradient compression allowed (synthetic data; --lossless to forbid it)" if s.allow_lossy else ""
+        lossy = "; gradient compression allowed, as the data are synthetic: --lossless forbids it" if s.allow_lossy else ""
         say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{lossy})")
         # on the emulated cluster its collectives cross the shaped link, not one host's loopback: the wire named, no shared-cores bounds
         wire = s.link if on.cluster is not None else None
         found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy, profiled_bandwidth=wire), out, raw=True)
         checked = None
         if s.verify and found.path is None:
-            say(f"[5/5] nothing to apply: {defaults_stand(found.search)}")
+            say("[5/5] nothing to apply: no strategy is predicted to gain beyond run-to-run noise, so DDP's defaults stand")
         elif s.verify:
             say(f"[5/5] applying it to the real job, measured against DDP's defaults in {s.rounds} interleaved rounds")
             checked = check_strategy(train + ["--steps", str(s.verify_steps)], found, out, s.rounds, s.world_size, ranks_on,
@@ -97,11 +107,15 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
     b, best = d["baseline"], d["best"]
     measured = checked.to_dict() if checked else {}
     rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b.get("interval", b["predicted_iter_ms"]), measured.get("measured_baseline_ms", "")],
-            ["strategy found", best["buckets"], best["codec"], best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
+            ["strategy found" if found.path else "best candidate (not written)", best["buckets"], best["codec"],
+             best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
+    columns = ["setup", "buckets", "codec", "predicted ms per step", "measured ms per step (median of rounds)"]
+    if not checked:  # nothing applied: no measured column of empty cells
+        rows, columns = [r[:-1] for r in rows], columns[:-1]
     summary = f"Strategy by replay ({res.replayed} candidates): {found.strategy.summary() if found.path else defaults_stand(res)}."
     if checked:
         summary += " " + verdict(checked)
-    return {"table_columns": ["setup", "buckets", "codec", "predicted ms", "measured ms (median of rounds)"], "table": rows, "summary": summary}
+    return {"table_columns": columns, "table": rows, "summary": summary}
 
 
 def interval_notes(notes: list[str]) -> list[str]:
@@ -135,7 +149,8 @@ def _outlook_html(o: dict) -> str:
     head = ["workers"] + [f"{p} ms" for p in o["policies"]]
     rows = [[n] + [o["policies"][p][i]["iter_ms"] for p in o["policies"]] for i, n in enumerate(o["workers"])]
     intro = (f"<p>The layer-wise DAG model of synchronous SGD (Shi et al. 2018) on this run's {o['layers']} layers and "
-             f"{o['grad_mb']:.1f} MB of gradients, on a {o['net']} ring: predicted iteration time per overlap policy.</p>")
+             f"{o['grad_mb']:.1f} MB of gradients, on a {o['net']} ring: predicted iteration time per overlap policy.</p>"
+             f"<ul class='legend'>{''.join(f'<li><code>{p}</code>: {POLICY_WORDS[p]}</li>' for p in o['policies'] if p in POLICY_WORDS)}</ul>")
     return intro + html_table(head, rows) + speedup_chart(o["workers"], o["policies"], title=f"speed-up on {o['net']}")
 
 
@@ -159,12 +174,13 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
     inp.links["profiled run folder"] = "run"
     if found.path:
         inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
-    if notes:
-        inp.optimisation["summary"] += " " + " ".join(notes[:1]).capitalize() + "."
-    for n in interval_notes(found.search.notes):
-        inp.optimisation["summary"] += f" The intervals: {n}."
-    for w in found.search.warnings:
-        inp.optimisation["summary"] += f" Warning: {w}."
+    inp.source = "run"  # the staged folder the graph names moves to the output folder when the demo ends
+    # one line each under the summary, not one paragraph of five sentences
+    done = " The demo did: the summary above has what it measured." if checked else ""  # for a warning that asks to measure (--verify)
+    warnings = [f"Warning: {w}.{done if '--verify' in w else ''}" for w in found.search.warnings]
+    inp.optimisation["notes"] = ([notes[0][0].upper() + notes[0][1:] + "."] if notes else []) \
+        + [f"The intervals: {n}." for n in interval_notes(found.search.notes)] + warnings
+    inp.sections.append(("On your own job", NEXT_HTML))
     return inp
 
 

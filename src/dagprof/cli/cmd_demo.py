@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import textwrap
 
 from ..demo import DemoSettings, interval_notes, run_demo
 from ..errors import DagprofError
@@ -73,12 +74,44 @@ def to_text(r: dict) -> str:
         lines.append(f"  {what:<{width}} {w['predicted_iter_ms']:9.1f} ms  x profiled {w['speedup_vs_profiled']:7.2f}  "
                      f"efficiency {w['scaling_efficiency']:.2f}")
     o = r["optimisation"]
+    lines.append("  (ms per iteration; x profiled: throughput over the profiled run's; efficiency: over N x one worker's, "
+                 "1.0 = linear; compute speed 2: 2x faster)")
+    lines += _outlook_lines(r.get("scaling_outlook") or {})
     lines.append(f"optimisation ({count(o['candidates_replayed'], 'candidate')} replayed): {o['summary']}")
     lines += [f"  caveat: {c}" for c in o["caveats"]]
     if "interval" in o["best"]:
-        lines.append(f"  predicted {o['best']['interval']} per step with the strategy; profiled setup {o['baseline']['interval']}")
+        best = "with the strategy" if o.get("strategy_file") else "with the best candidate (not written)"
+        lines.append(f"  predicted {o['best']['interval']} per step {best}; profiled setup {o['baseline']['interval']}")
     lines += [f"  note: {n}" for n in interval_notes(o["notes"])]
     if o["applied"]:
         lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]
     lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]
-    return "\n".join(lines)
+    lines += _next_lines(r["files"])
+    return "\n".join(_wrapped(lines))
+
+
+WIDTH = 160  # a long line (a finding, the verification's) wraps here, its continuation indented under it
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    out = []
+    for ln in lines:
+        indent = " " * (len(ln) - len(ln.lstrip(" ")) + 4)
+        out += textwrap.wrap(ln, WIDTH, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False) if len(ln) > WIDTH else [ln]
+    return out
+
+
+def _outlook_lines(o: dict) -> list[str]:
+    """The S-SGD model's outlook in one line: each overlap policy's speed-up at the most workers (the report has the table)."""
+    if not o.get("policies"):
+        return []
+    n = o["workers"][-1]
+    at = ", ".join(f"{p} {rows[-1]['speedup']:.1f}x" for p, rows in o["policies"].items())
+    return [f"scaling outlook (S-SGD model of this run's layers, {o['net']} ring), speed-up at {n} workers: {at}"]
+
+
+def _next_lines(files: dict) -> list[str]:
+    """What to open, and how to do the same on one's own training."""
+    report = shown(files["report"]) if "report" in files else "the report"
+    return [f"next: open {report} in a browser, and the .trace.json files in https://ui.perfetto.dev",
+            "  on your own training: dagprof profile -o runs/exp1 -- torchrun --nproc-per-node 2 train.py, then dagprof report / optimize runs/exp1 (README)"]

@@ -41,6 +41,7 @@ class ReportInputs:
     sections: list[tuple[str, str]] = field(default_factory=list)  # extra (title, html) blocks
     links: dict[str, str] = field(default_factory=dict)  # label -> relative path
     warnings: list[str] = field(default_factory=list)
+    source: str | None = None  # the profile's folder as the reader finds it (the demo's moves after the graph is built); None: the graph's
 
 
 def render(inp: ReportInputs) -> str:
@@ -52,7 +53,7 @@ def render(inp: ReportInputs) -> str:
     meta = a.graph.meta
     parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.backend or '?'))}, "
                  f"steps {escape(step_range(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
-                 f"source <code>{escape(str(meta.source or ''))}</code></p>")
+                 f"source <code>{escape(str(inp.source or meta.source or ''))}</code></p>")
     parts.append("<div>")
     if a.measured_us is not None:
         parts.append(_kpi("measured iteration", f"{a.measured_us / 1e3:.1f} ms"))
@@ -72,6 +73,8 @@ def render(inp: ReportInputs) -> str:
     parts.append("<h2>Per-rank breakdown (per iteration)</h2>")
     parts.append(svg.stacked_bars([(f"rank {b.rank}", {"compute": ms(b.compute_us - b.overlap_us), "overlap": ms(b.overlap_us),
                                                        "exposed communication": ms(b.exposed_comm_us)}) for b in a.ranks]))
+    parts.append("<p class='legend'>Each bar: compute, the part of it overlapped by communication, and communication not hidden behind "
+                 "compute; the rest of the iteration is waiting for other ranks and idle gaps.</p>")
     nan = float("nan")
     parts.append(html_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
                             [[b.rank, a.measured_iter_us.get(b.rank, nan) / 1e3, a.predicted_iter_us.get(b.rank, nan) / 1e3, ms(b.compute_us),
@@ -113,6 +116,8 @@ def render(inp: ReportInputs) -> str:
         parts.append(html_table(list(o.get("table_columns", [])), o.get("table", [])) if o.get("table") else "")
         if o.get("summary"):
             parts.append(f"<div class='finding ok'>{escape(o['summary'])}</div>")
+        if o.get("notes"):
+            parts.append("<ul class='legend'>" + "".join(f"<li>{escape(n)}</li>" for n in o["notes"]) + "</ul>")
     for title, body in inp.sections:
         parts.append(f"<h2>{escape(title)}</h2>{body}")
     if inp.links:

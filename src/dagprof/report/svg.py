@@ -91,7 +91,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
     left, bottom = 50, 40
     sx = lambda v: left + (fx(v) - x0) / max(x1 - x0, 1e-9) * (width - left - 20)  # noqa: E731
     sy = lambda v: height - bottom - v / y1 * (height - bottom - 20)  # noqa: E731
-    colors = list(PALETTE.values())
+    colors = list(dict.fromkeys(PALETTE.values()))  # each colour once: two series drawn alike read as one (mg-wfbp and linear did)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="#333"/>',
            f'<line x1="{left}" y1="10" x2="{left}" y2="{height - bottom}" stroke="#333"/>',

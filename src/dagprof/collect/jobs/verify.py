@@ -127,7 +127,7 @@ def verify_in_process(cmd: list[str], strategy: str, work_dir: str, rounds: int,
             (out.baseline_runs if which == "A" else out.strategy_runs).append(os.path.join(folder, "run"))
         say(f"  round {k + 1}/{rounds}: defaults {out.baseline_ms[-1]:.1f} ms, strategy {out.strategy_ms[-1]:.1f} ms per step")
     if out.dropped:
-        say(f"  the {rounds} rounds, one job{_drops(out.dropped[0])}")
+        say(f"  the emulated link over the {rounds} rounds (one job){_drops(out.dropped[0])}")
     return out
 
 
