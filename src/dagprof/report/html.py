@@ -14,6 +14,7 @@ from ..analysis.parallelism import INSIDE_OPS
 from ..fsutil import atomic_open
 from ..search.whatif import COLUMNS as WHATIF_COLUMNS
 from ..traces.events import Kind
+from ..traces.parallelism import Dim
 from ..traces.steps import step_range
 from ..units import MB
 from . import svg
@@ -80,7 +81,9 @@ def render(inp: ReportInputs) -> str:
                             [[b.rank, a.measured_iter_us.get(b.rank, nan) / 1e3, a.predicted_iter_us.get(b.rank, nan) / 1e3, ms(b.compute_us),
                               ms(b.comm_us), ms(b.overlap_us), ms(b.exposed_comm_us), ms(b.wait_us)] for b in a.ranks]))
 
-    if a.comm_dims:
+    # one data-parallel group alone (a plain DDP job) says nothing the breakdown above does not: the section is for meshes
+    plain_dp = len(a.comm_dims) == 1 and a.comm_dims[0].dim == Dim.DP and not a.comm_dims[0].inside_ops
+    if a.comm_dims and not plain_dp:
         par = a.graph.meta.parallel
         parts.append("<h2>Communication by mesh dimension (per iteration)</h2>")
         if par is not None:
