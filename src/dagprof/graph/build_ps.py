@@ -415,13 +415,16 @@ def _gaps(g: Graph, mstart: np.ndarray, mend: np.ndarray, first_marks: dict[int,
 
 
 def initial_link(run: Run) -> AlphaBeta:
-    """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull is one small
-    round trip (alpha per message); the mean exchange moves every byte in and out of one server port;
+    """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull or row pull is one small
+    round trip less the server's update it held (``_round_trip``; alpha per message); the mean exchange moves every byte in and out of one server port;
     gamma is the servers' engine time per byte received (their copies, sums and ``*_update`` ops: the rest of their busy time
     is per key part, ``update_us``)."""
     ps = run.meta.ps
     durs = np.concatenate([t.events.dur[t.events.kind == Kind.COMM] for t in run.ranks])
-    alpha = _round_trip(ps, float(durs.min())) / 2 if len(durs) else 0.0
+    rows = np.concatenate([t.events.dur[(t.events.kind == Kind.COMM) & (t.events.role == CommRole.ROWS)] for t in run.ranks])
+    exchanges = np.concatenate([t.events.dur[(t.events.kind == Kind.COMM) & (t.events.role != CommRole.ROWS)] for t in run.ranks])
+    trips = ([_round_trip(ps, float(exchanges.min()))] if len(exchanges) else []) + ([float(rows.min())] if len(rows) else [])
+    alpha = min(trips) / 2 if trips else 0.0
     step = ps.rows[0][0] if ps.rows else -1
     per_worker = sum(b for k in ps.keys for _, b in pslite_bytes(ps, k, step, 1))  # a step's pushes (and as much pulled)
     total = per_worker * run.world_size * 2 / max(ps.num_servers, 1)
@@ -433,7 +436,7 @@ def initial_link(run: Run) -> AlphaBeta:
 
 
 def _round_trip(ps: PsRecord, shortest: float) -> float:
-    """The wire's round trip in the shortest push/pull (us): ps-lite answers a ``dist_sync`` push only once every worker's
+    """The wire's round trip in the shortest push/pull (us; a row_sparse pull waits for no update): ps-lite answers a ``dist_sync`` push only once every worker's
     is in and the key updated, so that op held a server's work on its key too, which the graph prices on the server
     (``update_us``, its least step). Taken for latency, it came twice on every key: a fresh ``mx_deepfm_workers.py``
     profile's shortest push/pull, 567 us, held about 420 us of ftrl updater; its exchanges replayed long at an infinitely
