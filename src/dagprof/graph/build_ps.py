@@ -436,8 +436,8 @@ def initial_link(run: Run) -> AlphaBeta:
 
 
 def _round_trip(ps: PsRecord, shortest: float) -> float:
-    """The wire's round trip in the shortest push/pull (us; a row_sparse pull waits for no update): ps-lite answers a ``dist_sync`` push only once every worker's
-    is in and the key updated, so that op held a server's work on its key too, which the graph prices on the server
+    """The wire's round trip in the shortest push/pull (us; a row_sparse pull waits for no update): ps-lite answers a
+    ``dist_sync`` push only once every worker's is in and the key updated, so that op held a server's work on its key too, which the graph prices on the server
     (``update_us``, its least step). Taken for latency, it came twice on every key: a fresh ``mx_deepfm_workers.py``
     profile's shortest push/pull, 567 us, held about 420 us of ftrl updater; its exchanges replayed long at an infinitely
     fast link, the profiled run +0.9 to +2.1 % on all 5 runs (docs/evidence.md). At least a tenth of it."""
