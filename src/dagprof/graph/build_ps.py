@@ -415,13 +415,16 @@ def _gaps(g: Graph, mstart: np.ndarray, mend: np.ndarray, first_marks: dict[int,
 
 
 def initial_link(run: Run) -> AlphaBeta:
-    """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull is one small
-    round trip (alpha per message); the mean exchange moves every byte in and out of one server port;
+    """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull or row pull is one small
+    round trip less the server's update it held (``_round_trip``; alpha per message); the mean exchange moves every byte in and out of one server port;
     gamma is the servers' engine time per byte received (their copies, sums and ``*_update`` ops: the rest of their busy time
     is per key part, ``update_us``)."""
     ps = run.meta.ps
     durs = np.concatenate([t.events.dur[t.events.kind == Kind.COMM] for t in run.ranks])
-    alpha = float(durs.min()) / 2 if len(durs) else 0.0
+    rows = np.concatenate([t.events.dur[(t.events.kind == Kind.COMM) & (t.events.role == CommRole.ROWS)] for t in run.ranks])
+    exchanges = np.concatenate([t.events.dur[(t.events.kind == Kind.COMM) & (t.events.role != CommRole.ROWS)] for t in run.ranks])
+    trips = ([_round_trip(ps, float(exchanges.min()))] if len(exchanges) else []) + ([float(rows.min())] if len(rows) else [])
+    alpha = min(trips) / 2 if trips else 0.0
     step = ps.rows[0][0] if ps.rows else -1
     per_worker = sum(b for k in ps.keys for _, b in pslite_bytes(ps, k, step, 1))  # a step's pushes (and as much pulled)
     total = per_worker * run.world_size * 2 / max(ps.num_servers, 1)
@@ -430,6 +433,17 @@ def initial_link(run: Run) -> AlphaBeta:
     handled = per_worker * run.world_size * len({s.step for s in busy})
     gamma = sum(s.ops_us for s in busy) / handled if busy and handled else 0.0
     return AlphaBeta(alpha, beta, gamma)
+
+
+def _round_trip(ps: PsRecord, shortest: float) -> float:
+    """The wire's round trip in the shortest push/pull (us; a row_sparse pull waits for no update): ps-lite answers a
+    ``dist_sync`` push only once every worker's is in and the key updated, so that op held a server's work on its key too, which the graph prices on the server
+    (``update_us``, its least step). Taken for latency, it came twice on every key: a fresh ``mx_deepfm_workers.py``
+    profile's shortest push/pull, 567 us, held about 420 us of ftrl updater; its exchanges replayed long at an infinitely
+    fast link, the profiled run +0.9 to +2.1 % on all 5 runs (docs/evidence.md). At least a tenth of it."""
+    steps = sorted({b.step for b in ps.server_busy})
+    least = min((update_us(ps, s) for s in steps), default=0.0)
+    return max(shortest - least, shortest / 10)
 
 
 def update_us(ps: PsRecord, step: int | None = None) -> float:
@@ -446,6 +460,24 @@ def update_us(ps: PsRecord, step: int | None = None) -> float:
     rows = [b for b in ps.server_busy if b.step == step] or ps.server_busy
     parts = sum(b.updates for b in rows)
     return max(sum(b.busy_us - b.ops_us for b in rows), 0.0) / parts if parts else 0.0
+
+
+def ops_factor(ps: PsRecord, step: int) -> float:
+    """The servers' engine time per byte received in ``step`` against their mean over the profiled steps (``initial_link``'s
+    gamma), as ``update_us`` keeps each step's updater time: a load that comes in one step slows that step's sums and
+    ``*_update`` ops. At the mean, a fresh ``mx_deepfm_workers.py`` profile's server ops of 6.3-6.8 ms a step, and 12.6 in
+    the step the load came, were priced 7.7 ms each: its quiet steps' exchanges replayed 0.7-1.9 ms long at an infinitely
+    fast link, the profiled run +0.9 to +2.1 % on all 5 runs (docs/evidence.md). 1 for a step not profiled."""
+    busy = ps.server_busy
+    if not any(b.step == step for b in busy):
+        return 1.0
+    steps = sorted({b.step for b in busy})
+    per_byte = {}
+    for s in steps:
+        moved = sum(nb for k in ps.keys for _, nb in pslite_bytes(ps, k, s, 1))
+        per_byte[s] = sum(b.ops_us for b in busy if b.step == s) / moved if moved > 0 else 0.0
+    mean = float(np.mean(list(per_byte.values())))
+    return per_byte[step] / mean if mean > 0 else 1.0
 
 
 def scale_server_work(g: Graph, factor: float) -> Graph:
@@ -521,7 +553,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             key_in[at] = int(remap[v])
     n = int(g.meta.world_size)
     for step in g.meta.steps:
-        per_update = update_us(ps, step)
+        per_update, per_byte = update_us(ps, step), link.gamma_us_per_byte * ops_factor(ps, step)
         at_step = replace(link, beta_us_per_byte=link.beta_us_per_byte * step_factors.get(step, 1.0))
         for k in ps.keys:
             key = k.key
@@ -531,7 +563,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             parts = pslite_bytes(ps, k, step, servers)
             total = sum(nb for _, nb in parts)
             for server, part in parts:
-                ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
+                ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * per_byte, tag=tag, order=order, step=step, bucket=key,
                                    pull=not k.row_bytes)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 arrived = [(u, key_in[(step, key, w)]) for w, u in enumerate(ends) if (step, key, w) in key_in]
@@ -584,4 +616,4 @@ def _is_ps_device(name: str) -> bool:
     return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
-__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "scale_server_work", "ps_devices", "exchange_nodes"]
+__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "ops_factor", "scale_server_work", "ps_devices", "exchange_nodes"]
