@@ -65,13 +65,15 @@ class Analysis:
 
 def analyze(graph: Graph, result: ReplayResult | None = None) -> Analysis:
     result = result if result is not None else replay(graph)
+    predicted = iteration_times(graph, result)
+    span = graph.meta.job_of(list(predicted.values())) * max(len(graph.meta.steps), 1) if predicted else None
     return Analysis(
         graph=graph,
         result=result,
-        predicted_iter_us=iteration_times(graph, result),
+        predicted_iter_us=predicted,
         measured_iter_us={int(k): float(v) for k, v in graph.meta.measured_iter_us.items()},
         ranks=breakdown(graph, result),
-        path=critical_path(graph, result),
+        path=critical_path(graph, result, span_us=span),  # over the iteration's span
         comm_dims=comm_by_dim(graph, result),
     )
 
