@@ -11,6 +11,7 @@ from testdata import KINETO_PUBLIC
 
 from dagprof.analysis import analyze
 from dagprof.analysis.critical_path import critical_path
+from dagprof.analysis.diff import diff_profiles
 from dagprof.cli.cmd_analyze import to_text
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -59,3 +60,12 @@ def test_a_path_within_its_window_is_unchanged() -> None:
     assert a.path.by_category == whole.by_category and a.path.overhead == whole.overhead
     assert np.array_equal(a.path.nodes, whole.nodes)
     assert analyze(a.graph, a.result).path.to_dict(per=a.steps) == a.path.to_dict(per=a.steps)
+
+
+def test_diff_counts_the_same_parts(lagged) -> None:
+    """``diff`` sums the path's categories its own way: from the parts counted, not the kept nodes' whole gaps (the
+    first kernel's 89 ms wait would come back as framework overhead)."""
+    d = diff_profiles(lagged, lagged).to_dict()
+    cp = d["a"]["critical_path_per_iter"]
+    assert sum(cp["by_category_ms"].values()) == pytest.approx(cp["total_ms"], rel=1e-9)
+    assert cp["by_category_ms"].get("framework overhead", 0.0) < 5.0

@@ -48,6 +48,7 @@ class CriticalPath:
     ranks_crossed: list[int]  # ranks the path visits, in order of first visit
     overhead: dict[str, float] = field(default_factory=dict)  # "framework overhead" broken down (``analysis.overhead``), us
     note: str | None = None  # why the path was cut to the iteration's span (``critical_path``), None where it was not
+    counted: tuple[np.ndarray, np.ndarray] | None = None  # (duration, gap) us of each node counted on the path; None: whole
 
     def to_dict(self, per: float = 1.0) -> dict:
         return {
@@ -101,7 +102,8 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10, span_us: float | N
     ranks = g.rank[nodes][g.rank[nodes] >= 0]
     crossed, at = np.unique(ranks, return_index=True)
     return CriticalPath(nodes, total, by_cat, ops, crossed[np.argsort(at)].tolist(),
-                        overhead_breakdown(g, nodes, category, None if note is None else gap), note)
+                        overhead_breakdown(g, nodes, category, None if note is None else gap), note,
+                        None if note is None else (dur, gap))
 
 
 def _over_span(g: Graph, res: ReplayResult, nodes: np.ndarray, cut_us: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
