@@ -1,17 +1,18 @@
 """The critical path per iteration is taken over the iteration's span (``analysis.critical_path``): on a V100 trace whose
 device runs a step behind its host, the path of one step ran to the end of the kernels the step launched, 89 ms after
-its step mark, and ``analyze`` read 185.2 ms per iteration against a 95.7 ms step, unsaid. Now it is the path's last
-step's worth, its parts adding up to it, and one line says what was left out. A trace whose path fits its window is
-as it was."""
+its step mark, and ``analyze`` read 185.2 ms per iteration against a 95.7 ms step, unsaid. Now it is taken over the
+window (first step mark to last), its parts adding up to it, and one line says what was left out. A trace whose path
+ends with its window is as it was."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from testdata import KINETO_PUBLIC
+from testdata import DATA, KINETO_PUBLIC
 
 from dagprof.analysis import analyze
 from dagprof.analysis.critical_path import critical_path
 from dagprof.analysis.diff import diff_profiles
+from dagprof.analysis.overhead import START_SKEW
 from dagprof.cli.cmd_analyze import to_text
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -40,8 +41,8 @@ def test_path_over_the_iterations_span(lagged) -> None:
     assert np.all(res.end[p.nodes] > cut)
     # the left-out head was mostly the device waiting for the previous step's kernels: no longer framework overhead
     assert p.by_category.get("framework overhead", 0.0) < 0.05 * whole.by_category["framework overhead"]
-    tail_ms = (whole.total_us - marks.max()) / 1e3
-    assert f"ends {tail_ms:.2f} ms after the window's last step mark" in p.note
+    assert cut == pytest.approx(whole.total_us - marks.max())  # one rank: the window is its iteration
+    assert f"ends {cut / 1e3:.2f} ms after the window's last step mark" in p.note
     assert f"its first {cut / 1e3:.2f} ms left out" in p.note
 
 
@@ -69,3 +70,14 @@ def test_diff_counts_the_same_parts(lagged) -> None:
     cp = d["a"]["critical_path_per_iter"]
     assert sum(cp["by_category_ms"].values()) == pytest.approx(cp["total_ms"], rel=1e-9)
     assert cp["by_category_ms"].get("framework overhead", 0.0) < 5.0
+
+
+def test_ranks_that_began_apart_are_said() -> None:
+    """On a vendored HSDP run the ranks began the window 39 ms apart: the path keeps that start (labelled), so it is longer
+    per iteration than the slowest rank's iteration, and one line says by how much and why."""
+    a = open_run(DATA / "fsdp" / "hsdp").analysis
+    excess = a.path.total_us / a.steps - a.predicted_us
+    assert excess > 0 and a.path.overhead[START_SKEW] > 0
+    note = a.path.to_dict(per=a.steps)["note"]
+    assert note.startswith(f"the critical path is {excess / 1e3:.2f} ms per iteration longer than the iteration")
+    assert START_SKEW in note

@@ -5,10 +5,11 @@ start, and ``start = end[gate] + gap``. Following gates back from the last node 
 path whose durations plus gaps add up to the makespan exactly, crossing ranks where a collective
 waited for a slower one.
 
-Per iteration, the path is taken over the iteration's span: where it runs past the window's steps (a GPU trace's
-device runs behind its host, so the kernels a window launches end after its last step mark: a 1-rank V100 trace's
-path of one step was 184.9 ms for a 95.7 ms step), its last ``steps x iteration`` us are kept, and what is left out
-(the device on work launched before the window) is said in one line.
+Per iteration, the path is taken over the window, its first step mark to its last, as the iteration is: a GPU trace's
+device runs behind its host, so the kernels a window launches end after its last step mark (a 1-rank V100 trace's path
+of one step was 184.9 ms for a 95.7 ms step); there its last span's worth is kept, and what is left out (the device on
+work launched before the window) is said in one line. Ranks that began the window apart stay on it, labelled so
+(``analysis.overhead``).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 from ..graph.dag import Graph
 from ..replay import ReplayResult
 from ..traces.events import CommRole, Kind
-from .overhead import overhead_breakdown
+from .overhead import START_SKEW, overhead_breakdown
 
 CATEGORY = {
     Kind.FORWARD: "forward",
@@ -63,8 +64,8 @@ class CriticalPath:
 
 
 def critical_path(g: Graph, res: ReplayResult, top: int = 10, span_us: float | None = None) -> CriticalPath:
-    """The path that set the makespan; with ``span_us`` (the window's steps times its iteration), only its last
-    ``span_us`` where it is longer, each node's duration and gap counted from there on."""
+    """The path that set the makespan; with ``span_us`` (the window's last step mark), only its last ``span_us`` where it
+    ends later, each node's duration and gap counted from there on."""
     if not len(g):
         return CriticalPath(np.empty(0, np.int64), 0.0, {}, [], [])
     path = []
@@ -114,11 +115,9 @@ def _over_span(g: Graph, res: ReplayResult, nodes: np.ndarray, cut_us: float) ->
     nodes, start, end = nodes[keep], start[keep], end[keep]
     dur = np.minimum(end - np.maximum(start, cut_us), g.dur[nodes].astype(np.float64))
     gap = np.clip(start - cut_us, 0.0, g.gap[nodes].astype(np.float64))
-    marks = res.start[(g.kind == Kind.STEP)]
-    past = float(end[-1] - marks.max()) if len(marks) else 0.0
-    note = (f"the critical path ends {past / 1e3:.2f} ms after the window's last step mark (a device running behind its "
-            f"host ends the window's work in a later step's time): it is taken over the window's last "
-            f"{(end[-1] - cut_us) / 1e3:.2f} ms, as the iteration is; its first {cut_us / 1e3:.2f} ms left out, "
+    note = (f"the critical path ends {cut_us / 1e3:.2f} ms after the window's last step mark (a device running behind its "
+            "host ends the window's work in a later step's time): it is taken over the window, first step mark to last "
+            f"({(end[-1] - cut_us) / 1e3:.2f} ms), as the iteration is; its first {cut_us / 1e3:.2f} ms left out, "
             f"{(waits - float(gap.sum())) / 1e3:.2f} ms of them framework overhead (a device busy with work from before "
             "the window)")
     return nodes, dur, gap, note
@@ -135,3 +134,18 @@ def _label(g: Graph, v: int) -> str:
                 else f"{'all-gather sparse' if sparse else 'all-reduce'} bucket {g.bucket[v]}")
     name = g.node_name(v)
     return name.split(".", 1)[1] if name.startswith("rank") and "." in name else name.rsplit(".", 1)[0]
+
+
+def skew_note(g: Graph, res: ReplayResult, path: CriticalPath, iteration_us: float) -> str | None:
+    """The line that says why the path per iteration is longer than the (slowest rank's) iteration where it is: it starts
+    at the first rank's first step mark, and ranks that began the window later add their start to it, labelled
+    ``START_SKEW``; None where it is not longer."""
+    steps = max(len(g.meta.steps), 1)
+    excess = path.total_us / steps - iteration_us
+    if not excess > 1e-9 * max(iteration_us, 1.0):
+        return None
+    marks = g.kind == Kind.STEP
+    firsts = [float(res.start[marks & (g.rank == r)].min()) for r in g.ranks() if np.any(marks & (g.rank == r))]
+    return (f"the critical path is {excess / 1e3:.2f} ms per iteration longer than the iteration: it starts at the first "
+            f"rank's first step mark, and the ranks began the window up to {(max(firsts) - min(firsts)) / 1e3:.2f} ms apart "
+            f"(on the path as framework overhead, '{START_SKEW}': {path.overhead.get(START_SKEW, 0.0) / steps / 1e3:.2f} ms)")
