@@ -1,12 +1,14 @@
 """One facade over focused analysers (as HolisticTraceAnalysis does, without the DataFrames)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..graph.dag import Graph
 from ..replay import ReplayResult, replay
+from ..traces.events import Kind
 from .breakdown import RankBreakdown, breakdown, iteration_times, job_iteration_us
-from .critical_path import CriticalPath, critical_path
+from .critical_path import CriticalPath, critical_path, skew_note
 from .interval import StepStatistic, measured_step_us
 from .parallelism import DimComm, comm_by_dim, parallelism_dict
 
@@ -65,13 +67,16 @@ class Analysis:
 
 def analyze(graph: Graph, result: ReplayResult | None = None) -> Analysis:
     result = result if result is not None else replay(graph)
+    marks, predicted = result.start[graph.kind == Kind.STEP], iteration_times(graph, result)
+    path = critical_path(graph, result, span_us=float(marks.max()) if len(marks) else None)  # to the window's end
+    note = skew_note(graph, result, path, graph.meta.job_of(list(predicted.values()))) if predicted else None
     return Analysis(
         graph=graph,
         result=result,
-        predicted_iter_us=iteration_times(graph, result),
+        predicted_iter_us=predicted,
         measured_iter_us={int(k): float(v) for k, v in graph.meta.measured_iter_us.items()},
         ranks=breakdown(graph, result),
-        path=critical_path(graph, result),
+        path=dataclasses.replace(path, note="; ".join(n for n in (path.note, note) if n)) if note else path,
         comm_dims=comm_by_dim(graph, result),
     )
 

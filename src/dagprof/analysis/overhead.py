@@ -26,11 +26,14 @@ NO_RANGES = "host thread (no host ranges recorded)"
 UNMATCHED = "host thread (its ranges not matched: a graph averaged or changed since it was measured)"
 
 
-def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], str]) -> dict[str, float]:
+def overhead_breakdown(g: Graph, nodes: np.ndarray, category: Callable[[int], str], gaps: np.ndarray | None = None
+                       ) -> dict[str, float]:
     """Label -> us of the gaps of ``nodes`` (a critical path), largest first; they add up to the path's overhead.
-    ``category`` names a node kind (``critical_path.category``)."""
-    v = nodes[g.gap[nodes] > 0]
-    gap, rank, kind = g.gap[v].astype(np.float64, copy=False), g.rank[v], g.kind[v]
+    ``category`` names a node kind (``critical_path.category``); ``gaps``: the part of each node's gap counted (the later
+    part: a path taken over the iteration's span, ``critical_path``), its whole gap where None."""
+    gaps = g.gap[nodes] if gaps is None else gaps
+    v = nodes[gaps > 0]
+    gap, rank, kind = gaps[gaps > 0].astype(np.float64, copy=False), g.rank[v], g.kind[v]
     main = _by_rank(g.meta.main_device, rank, -2) == g.device[v]
     first = min(g.meta.steps) if g.meta.steps else None
     skew = (kind == Kind.STEP) & (g.step[v] == first) & (rank >= 0)

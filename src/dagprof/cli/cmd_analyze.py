@@ -25,6 +25,7 @@ def to_text(r: dict) -> str:
         lines.append(f"{b['rank']:>5} " + " ".join(f"{b[k]:>10.2f}" for k in ("compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "straggler_wait_ms")))
     cp = r["critical_path_per_iter"]
     lines += ["", f"critical path ({cp['total_ms']:.2f} ms per iteration, crosses ranks {cp['ranks_crossed']}):"]
+    lines += [f"  note: {cp['note']}"] if cp.get("note") else []
     for k, v in cp["by_category_ms"].items():
         lines.append(f"  {k:<22} {v:8.2f} ms")
         if k == "framework overhead":

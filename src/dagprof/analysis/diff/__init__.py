@@ -335,9 +335,10 @@ def op_time_per_category(g: Graph) -> dict[str, float]:
 
 def _path_by_category(a: Analysis) -> dict[str, float]:
     g, nodes = a.graph, a.path.nodes
-    per = np.bincount(categories(g)[nodes], weights=g.dur[nodes], minlength=len(Category)) / a.steps
+    dur, gap = a.path.counted or (g.dur[nodes], g.gap[nodes])  # a path cut to the iteration's span: the parts counted
+    per = np.bincount(categories(g)[nodes], weights=dur, minlength=len(Category)) / a.steps
     out = {c.value: float(per[i]) for i, c in enumerate(Category)}
-    out[Category.OVERHEAD.value] += float(g.gap[nodes].sum()) / a.steps
+    out[Category.OVERHEAD.value] += float(gap.sum()) / a.steps
     return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0}
 
 
