@@ -29,7 +29,7 @@ from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
 from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
-from ..passes.data_parallel import conversion_note, priced_wake_up, wake_ups_per_step, wrapper_reshard
+from ..passes.data_parallel import conversion_note, conversion_summary, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
@@ -253,6 +253,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {count(len(rows), 'row')} (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
+            "conversion_detail": _conversion_detail(g0, scenarios, cluster),
             "seconds": time.perf_counter() - t0}
 
 
@@ -374,13 +375,25 @@ def _overlap_notes(c: Cluster) -> list[str]:
             "rate (on the testbed 200 Mbit/s slowed compute as much as an unshaped link)"]
 
 
-def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
-    """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for."""
-    measured = c.link_file is not None and c.link_file.fsdp is not None
+def _conversion_targets(g0: Graph, scenarios: list[Scenario]) -> list[str]:
+    """The wrappers the rows convert the profile to (``ddp``, ``fsdp``), each once."""
     fsdp = is_fsdp_graph(g0)
-    targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
-    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured, g0)}"
-            for t in sorted(targets) if (t == "fsdp") != fsdp]
+    return [t for t in sorted({"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None})
+            if (t == "fsdp") != fsdp]
+
+
+def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for: a short note; the derivation and
+    its held-out figures in ``conversion_detail``."""
+    measured = c.link_file is not None and c.link_file.fsdp is not None
+    return [f"--data-parallel {t} from a{'n FSDP' if is_fsdp_graph(g0) else ' DDP'} profile: {conversion_summary(t, measured, g0)} "
+            "(detail: --json's conversion_detail)" for t in _conversion_targets(g0, scenarios)]
+
+
+def _conversion_detail(g0: Graph, scenarios: list[Scenario], c: Cluster) -> dict[str, str]:
+    """Each target wrapper's ``conversion_note``: what every cost of the conversion is priced at and how held-out jobs fared."""
+    measured = c.link_file is not None and c.link_file.fsdp is not None
+    return {t: conversion_note(t, measured, g0) for t in _conversion_targets(g0, scenarios)}
 
 
 def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
