@@ -293,11 +293,10 @@ def _overlap_bound_notes(g0: Graph, bounds: list[float]) -> list[str]:
         return []
     cores = "; ".join(f"{k.ranks} ranks on {k.cores} cores" + g0.meta.pinned_said(h)
                       for h, k in g0.meta.host_cpus.items()) or "cores not recorded"
-    return [f"--data-parallel ddp from an FSDP profile: the compute DDP's all-reduces slow beside them is not in the point (the FSDP "
-            "profile ran none beside a collective: its collectives block the ranks; no slowdown measured for this cluster): the "
-            f"interval's high end holds the step with it at up to {1 + core_bound_slowdown(g0):g}x (each rank's compute and gloo "
-            f"thread sharing the cores: {cores}), {min(bounds) / 1e3:.2f}-{max(bounds) / 1e3:.2f} ms more on the median step; "
-            "dagprof calibrate --overlap -o link.json on this cluster measures it (--link-model link.json prices it)"]
+    more = f"{min(bounds) / 1e3:.2f}" + (f"-{max(bounds) / 1e3:.2f}" if max(bounds) > min(bounds) else "")
+    return [f"--data-parallel ddp from an FSDP profile: the point leaves out how DDP's all-reduces slow the compute beside them (the "
+            f"FSDP profile ran none; no slowdown measured here); the interval's high end holds it at up to {1 + core_bound_slowdown(g0):g}x "
+            f"({cores}), {more} ms more a median step; dagprof calibrate --overlap -o link.json, then --link-model link.json, prices it"]
 
 
 def _wake_up_spread(g0: Graph, g: Graph, s: Scenario, c: Cluster) -> tuple[float, float]:
