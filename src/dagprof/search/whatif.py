@@ -564,11 +564,11 @@ def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
              + (f" ({unsized} more have no recorded size and keep their measured times)" if unsized else "")) if len(acts) else ""
     # a dagprof run sees the data-parallel collectives only: a replica's others (a TP layer's all-reduces, their waits) are
     # inside its layers' op times, which --compute-speed divides (bench/tp_fresh/mixer_dp_tp.py: about a quarter of its step)
-    inside = 0 < par.dp_size < par.world_size and par.dims <= {Dim.DP} and any(s.compute_speed for s in scenarios)
-    faster = ("; under --compute-speed, those a dagprof run timed inside the ops that issued them (a tensor-parallel layer's "
-              "all-reduces and their waits) speed up with those ops: the gain is an upper bound") if inside else ""
+    inside = 0 < par.dp_size < par.world_size and par.dims <= {Dim.DP}  # describe() says the ranks per replica already
+    faster = ("; --compute-speed speeds up the tensor-parallel all-reduces timed inside the ops with them: the gain is an upper "
+              "bound") if inside and any(s.compute_speed for s in scenarios) else ""
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
-            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "") + moved + faster]
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 and not inside else "") + moved + faster]
 
 
 def _iteration_us(g0: Graph, s: Scenario, cluster: Cluster, base_topo: Topology | None, g: Graph, res: ReplayResult) -> float:
