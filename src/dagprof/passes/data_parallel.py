@@ -232,11 +232,14 @@ def conversion_summary(target: str, measured: bool, g: Graph) -> str:
                     "ran 0.1 % slower to 11.1 % faster; memory -0 to +10 %")
         return ("the optimizer step on whole tensors at DTensor's measured ratio, FSDP's hooks dropped: held-out DDP jobs -41 to "
                 "+109 % off (median +17 %); memory -0 to +10 %")
-    layout = "fully_shard's default reshard (the root kept gathered); "
+    layout, clips, late = "fully_shard's default reshard (the root kept gathered); ", g.meta.grad_clips, final_callback_units(g)
+    missing = ([] if clips else ["clip_grad_norm_ (not recorded)"]) + ([f"the late reduce-scatter of {', '.join(late)} (its lag)"] if late else [])
     if measured:
-        return layout + ("FSDP2's hooks, copy-out, optimizer step and collectives as calibrate --fsdp measured them here; not predicted: "
-                "wake-ups growing with load (held-out jobs ran 8-18 % slower on a quiet machine, more under load); memory within about 10 %")
-    host, clips = FSDP_HOST.get(g.meta.torch_minor), g.meta.grad_clips
+        return (layout + "FSDP2's hooks, copy-out, optimizer step and collectives as calibrate --fsdp measured them here; "
+                + (f"unpriced: {', '.join(missing)}; " if missing else "")
+                + "not predicted: wake-ups growing with load (held-out jobs ran 8-18 % slower on a quiet machine, more under load); "
+                "memory within about 10 %")
+    host = FSDP_HOST.get(g.meta.torch_minor)
     version = f"torch {g.meta.torch_minor or g.meta.torch or '(not recorded)'}"
     priced = [("FSDP2's hooks and calls", host is not None),
               ("the DTensor optimizer step", g.meta.torch_minor in DTENSOR_STEP and bool(_stepped_params(g))),
@@ -244,8 +247,7 @@ def conversion_summary(target: str, measured: bool, g: Graph) -> str:
     if clips:
         priced.append(("clip_grad_norm_'s dispatch", g.meta.torch_minor in DTENSOR_STEP))
     said = ", ".join(w for w, ok in priced if ok)
-    unpriced = [w for w, ok in priced if not ok] + ([] if clips else ["clip_grad_norm_ (not recorded)"])
-    unpriced += [f"the late reduce-scatter of {', '.join(late)} (its lag)" for late in [final_callback_units(g)] if late]
+    unpriced = [w for w, ok in priced if not ok] + missing
     stretch = _stretch(g) if host is not None and g.meta.loop_steps is not None and any(g.meta.loop_steps.sched.values()) else {}
     load = (f" (stretched {min(stretch.values()):.2f}-{max(stretch.values()):.2f}x by the profile's waits for a core)" if stretch else
             " (not stretched by the job's load: profile again with this dagprof to record it)" if host else "")
