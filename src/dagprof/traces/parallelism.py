@@ -184,8 +184,9 @@ class Parallelism:
         own = "the model's collectives (SyncBatchNorm, a differentiable all_gather, a tensor-parallel all-reduce)"
         whose = (f"{used:g} of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)"
                  + (f", the rest {own}" if n > used else "")) if used else own
-        head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step, waits included) ran inside the model's "
-                f"own ops, beside DDP's gradient buckets: {whose}. Timed in those ops, not in the breakdown by dimension")
+        head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
+                f"other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: {whose}. The graph "
+                "times them inside the ops that issued them: not in the breakdown by dimension")
         sized, rest = self.in_ops_sized, n - self.in_ops_sized
         # a re-priced one: the op's time less its price on the profiled link (waits kept), plus its price on the new one
         priced = f"; link what-ifs re-price the {sized:g} whose bytes were recorded" if sized else ""
