@@ -338,9 +338,12 @@ def test_cli_json(capsys, tmp_path):
     r = json.loads(capsys.readouterr().out)
     row = r["scenarios"][0]
     assert row["data_parallel"] == "fsdp" and row["memory_per_rank"]["0"]["optimizer_mb"] == pytest.approx(row["memory_per_rank"]["0"]["params_mb"] * 2)
-    # never a silent answer: what the conversion cannot see, and its measured miss, come with it
-    assert [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile") and "off the FSDP job's step" in n
-            and "clip_grad_norm_ not recorded in this profile" in n]
+    # never a silent answer: what the conversion cannot see, and its measured miss, come with it: in a few lines beside the
+    # rows, and in full (each cost's price, every held-out figure) in conversion_detail
+    (note,) = [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile")]
+    assert "unpriced: clip_grad_norm_ (not recorded)" in note and "held 81 of 95" in note and len(note) < 560
+    detail = r["conversion_detail"]["fsdp"]
+    assert "off the FSDP job's step" in detail and "clip_grad_norm_ not recorded in this profile" in detail
 
 
 def test_cli_reshard_beside_the_conversion(capsys):

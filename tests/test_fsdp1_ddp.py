@@ -50,12 +50,12 @@ def test_unmeasured_overlap_raises_the_high_end_only():
     assert core_bound_slowdown(f) == 1.0  # 2 ranks on 2 cores: compute beside gloo's thread at half speed at most
     out = evaluate(f, [Scenario(data_parallel="ddp")], tolerance_pct=None)
     (row,) = out["scenarios"]
-    assert "overlap" in row.interval.terms and any("high end holds the step" in n for n in out["notes"])
+    assert "overlap" in row.interval.terms and any("high end holds it" in n for n in out["notes"])
     # priced with a measured slowdown (calibrate --overlap's, here the bound itself): in the point, the high end not
     # raised for it; the unmeasured row's high end reaches that point (the same replays' median step)
     measured = evaluate(f, [Scenario(data_parallel="ddp")], Cluster(slowdown=1.0), tolerance_pct=None)
     (priced,) = measured["scenarios"]
-    assert "overlap" not in priced.interval.terms and not any("high end holds the step" in n for n in measured["notes"])
+    assert "overlap" not in priced.interval.terms and not any("high end holds it" in n for n in measured["notes"])
     assert priced.interval.point_us > row.interval.point_us and row.interval.hi_us >= priced.interval.point_us - 1e-6
     # other rows of an FSDP profile: nothing raised
     (same,) = evaluate(f, [Scenario(compute_speed=1.0)], tolerance_pct=None)["scenarios"]

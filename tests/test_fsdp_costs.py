@@ -239,10 +239,14 @@ def test_link_model_files_old_and_new(ddp, tmp_path):
     g = apply(ddp, s, c, base_topology(ddp, c))
     assert _per_rank0(g, lambda v: "fsdp copy-out" in g.node_name(v)) > 0
     assert not np.allclose(g.dur[g.kind == Kind.UPDATE], ddp.dur[ddp.kind == Kind.UPDATE] / 2)
-    notes = {str(p): evaluate(ddp, [s], Cluster(link_model=str(p)), tolerance_pct=None)["notes"] for p in (v1, v3)}
-    assert [n for n in notes[str(v3)] if n.startswith("--data-parallel fsdp") and "as dagprof calibrate --fsdp measured" in n
-            and "clip_grad_norm_ not recorded in this profile" in n]
-    assert [n for n in notes[str(v1)] if n.startswith("--data-parallel fsdp") and "off the FSDP job's step" in n]
+    said = {str(p): evaluate(ddp, [s], Cluster(link_model=str(p)), tolerance_pct=None) for p in (v1, v3)}
+    notes = {p: r["notes"] for p, r in said.items()}
+    assert [n for n in notes[str(v3)] if n.startswith("--data-parallel fsdp") and "as calibrate --fsdp measured" in n
+            and "unpriced: clip_grad_norm_ (not recorded)" in n]
+    assert [n for n in notes[str(v1)] if n.startswith("--data-parallel fsdp") and "held 81 of 95" in n]
+    detail = {p: r["conversion_detail"]["fsdp"] for p, r in said.items()}  # the full account, every figure
+    assert "as dagprof calibrate --fsdp measured" in detail[str(v3)] and "clip_grad_norm_ not recorded in this profile" in detail[str(v3)]
+    assert "off the FSDP job's step" in detail[str(v1)]
     older = tmp_path / "v3-before-growth.json"  # a version-3 file written before the units of MBs were measured: no growth
     older.write_text(json.dumps({**doc, "fsdp": {k: v for k, v in doc["fsdp"].items() if not k.endswith("_per_byte") or k.startswith("copy")}}))
     assert read_link_model(older).fsdp == COSTS and COSTS.unit_forward_us_per_byte == COSTS.unit_backward_us_per_byte == 0.0

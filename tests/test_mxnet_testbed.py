@@ -121,7 +121,7 @@ def test_four_workers_into_one_port_fall_out_of_step_where_the_replay_keeps_them
     assert measured > 50e3 and measured > 3 * max(replayed, profiled)
 
     def notes(scenario: Scenario) -> list[str]:
-        return [n for n in evaluate(g, [scenario], Cluster(), None, tolerance_pct=None, raw=True)["notes"] if "served unevenly" in n]
+        return [n for n in evaluate(g, [scenario], Cluster(), None, tolerance_pct=None, raw=True)["notes"] if "unevenly" in n]
 
     (note,) = notes(Scenario(workers=4))
     assert f"began their pushes {profiled / 1e3:.0f} ms apart" in note

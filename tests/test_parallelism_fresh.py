@@ -233,7 +233,7 @@ def test_compute_speed_on_a_dagprof_run_beside_tp_says_its_tp_collectives_speed_
     for flag, said in (("--compute-speed", True), ("--bandwidth", False)):
         code, out, err = _cli(capsys, "whatif", FRESH / "t5-dp-tp-dagprof", flag, "2" if said else "1Gbit", "--no-trace",
                               "--allow-model-error", "-o", tmp_path)
-        assert code == 0 and ("speed up with those ops: the gain is an upper bound" in out) is said
+        assert code == 0 and ("timed inside the ops with them: the gain is an upper bound" in out) is said
 
 
 def test_dagprof_run_keeps_pipeline_send_recv_out_of_the_data_parallel_dimension(capsys, tmp_path):

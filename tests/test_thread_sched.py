@@ -28,9 +28,9 @@ def _named_worker(name: str | None, named: threading.Event, go: threading.Event,
     _worker(go, done, leave)
 
 
-def _step_beside_a_worker(*scheds: ThreadSched, name: str | None = None) -> None:
+def _step_beside_a_worker(*scheds: ThreadSched, name: str | None = None) -> int:
     """Step 3 of each of ``scheds`` (opened here, closed after) while another thread (named ``name``) burns ``WORK_NS`` of
-    its own CPU inside it."""
+    its own CPU inside it; that thread's id."""
     named, go, done, leave = (threading.Event() for _ in range(4))
     worker = threading.Thread(target=_named_worker, args=(name, named, go, done, leave))
     worker.start()
@@ -50,6 +50,7 @@ def _step_beside_a_worker(*scheds: ThreadSched, name: str | None = None) -> None
         worker.join()
         for s in scheds:
             s.close()
+    return worker.native_id
 
 
 def test_another_threads_cpu_and_runs_within_a_step_are_counted_as_others():
@@ -95,25 +96,11 @@ def test_a_thread_bearing_its_process_name_is_kept_apart_by_its_id():
     """A thread that never named itself bears its process's name (XLA's PjRt client pool, whose 19-character name the
     kernel refused, is ``python`` beside gloo's threads): each such thread is recorded as ``NAME#TID``, so a reader can
     tell which of them ran a lane (``passes.comm_cpu.lane_threads``)."""
-    sched, tid = ThreadSched(by_name=True), []
-    named, go, done, leave = (threading.Event() for _ in range(4))
-    worker = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), _named_worker(None, named, go, done, leave)))
-    worker.start()
-    named.wait()
-    sched.open()
-    try:
-        sched.begin()
-        go.set()
-        done.wait()
-        time.sleep(0.01)
-        sched.end(3)
-    finally:
-        leave.set()
-        worker.join()
-        sched.close()
+    sched = ThreadSched(by_name=True)
+    tid = _step_beside_a_worker(sched)
     own = _name(os.getpid())
     assert own not in sched.named  # every thread bearing it is kept apart, this one under its id
-    ((step, cpu, _, runs),) = sched.named[f"{own}{UNNAMED_SEP}{tid[0]}"]
+    ((step, cpu, _, runs),) = sched.named[f"{own}{UNNAMED_SEP}{tid}"]
     assert step == 3 and cpu >= WORK_NS and runs >= 1
 
 

@@ -146,12 +146,12 @@ def _between(a: Analysis, op: str) -> str:
         return ""
     ran = {g.layers[k] for k in np.unique(g.layer[np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]) & (g.layer >= 0)]).tolist()}
     untimed = [m for m in g.meta.layer_grad_bytes if m not in ran]
+    if not untimed:
+        return ""
     # the root's own parameters (a DETR's queries, a position table) are counted under its class name, which no layer's
     # path starts with: its forward's own lines, not an untimed attention module (bench/fsdp_fresh/detr_setpred.py)
     roots = [m for m in untimed if "." not in m and not any(str(x).startswith(m + ".") for x in g.layers)]
     modules = [m for m in untimed if m not in roots]
-    if not untimed:
-        return ""
     root = (f"the model's own code outside its layers (the root {', '.join(roots)}'s forward, with its own parameters; the loss, "
             "unless a loss module times it)") if roots else ""
     code = (f"the code of {', '.join(modules[:4])}{' ...' if len(modules) > 4 else ''}, whose parameters no timed layer ran; "

@@ -156,10 +156,8 @@ def to_text(r: dict) -> str:
     lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     lines.append(f"  {'median step':<12} the replayed steps' median step (iter ms is their mean) and the interval a run's median step falls in at "
-                 "the level shown (not a single step: they spread wider): "
-                 "the replayed steps' median's error, widened by the link fit's where communication is modelled and by the level it "
-                 "stands on; each side at least what the job's own unprofiled steps give; a JAX job's link rows hold gloo's per-array "
-                 "stall. A shared machine's load moving after the profile is not in it")
+                 "the level shown (single steps spread wider; load that moves after the profile is not in it; how it is built: "
+                 "docs/usage.md, intervals)")
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
         lines.append(f"predicted timelines: {shown(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))

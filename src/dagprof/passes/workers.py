@@ -163,11 +163,9 @@ def shared_port_note(g: Graph, workers: int) -> str | None:
     if g.meta.ps is None or workers <= n0:
         return None
     spread = push_spread_us(g, g.order)
-    return (f"--workers {workers}: each server's port is shared fairly among the {workers} workers' messages, the copies in lockstep "
-            f"with the {n0} profiled workers (which began their pushes {np.median(spread) / 1e3:.0f} ms apart, median over steps), the "
-            "port's best case: TCP streams through one port are served unevenly, so workers fall out of step and the port idles "
-            "(on the testbed 4 workers into 1 server at 200 Mbit/s began 40-233 ms apart and ran 6 % over the replay at the ports' "
-            "payload rate)")
+    return (f"--workers {workers}: each server's port shared fairly by the {workers} workers in lockstep (the {n0} profiled began their "
+            f"pushes {np.median(spread) / 1e3:.0f} ms apart), the port's best case: TCP serves streams through one port unevenly, so "
+            "workers fall out of step (4 into 1 server on the 200 Mbit/s testbed: 6 % over the replay)")
 
 
 def _scale_ps_workers(g: Graph, workers: int) -> Graph:

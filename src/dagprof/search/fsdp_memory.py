@@ -23,11 +23,10 @@ from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, LOSS_FORWAR
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
 
 # what a profile that did not name the gathered parameters among a layer's saved tensors (an older dagprof; FSDP1 before
-# 2026-12-05) gives
-GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (a profile from an older dagprof; "
-                       "FSDP1's before 2026-12-05): a layer that saved at least its parameters' bytes counts the rest, else all it saved, so a layer whose "
-                       "weight FSDP padded to the shard count can count it once more or not (a layout's peak moved by up to 2 MiB "
-                       "between profiles of other layouts); profile again for the exact figure")
+# 2026-12-05) gives: a layer that saved at least its parameters' bytes counts the rest, else all it saved (``fsdp_peak``), so a weight FSDP padded
+# to the shard count can count once more or not: a layout's peak moved by up to 2 MiB between profiles of other layouts
+GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (an older dagprof's; FSDP1's before "
+                       "2026-12-05): a padded weight may count once more or not (up to 2 MiB seen); profile again for the exact figure")
 
 
 # a profile whose every rank recorded 0 bytes of FSDP shards: a job that ended inside the window, read before 2026-12-05

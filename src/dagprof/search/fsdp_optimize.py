@@ -37,7 +37,7 @@ from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strate
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, set_topology
-from ..passes.fsdp import PREFETCH_ON_GLOO, reshard_change, resharded, set_reduce_dtype, set_reshard
+from ..passes.fsdp import reshard_change, resharded, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, unit_groups, with_units
 from ..passes.link_fit import graph_world_size
 from ..replay import ReplayResult, replay
@@ -51,7 +51,9 @@ from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
 LOSSY_DTYPES = ("bfloat16",)  # float16 moves the same bytes: it would price the same
-NOT_SEARCHED = (f"prefetch depth not searched: {PREFETCH_ON_GLOO}",)
+# the measurement behind it is in passes.fsdp.PREFETCH_ON_GLOO, which `whatif --prefetch` prints in its refusal
+NOT_SEARCHED = ("prefetch depth not searched: on CPU/gloo it does not change a step (each all-gather blocks the thread that issues "
+                "it, one in flight at any depth; whatif --prefetch 2 says what was measured)",)
 
 
 @dataclass(frozen=True)

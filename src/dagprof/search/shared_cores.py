@@ -98,6 +98,6 @@ def shared_cores_note(g0: Graph, rows: int, total: int, c: Cluster) -> str:
     by = f"as --link-model measured ({comm_slowdown_beside(g0, c.link_model):.2f} per unit of overlap)" if measured else \
         f"up to {1 + core_bound_slowdown(g0):g}x, the cores' bound"
     return (f"{count(rows, 'interval')} of {total} include the shared-cores bounds ({TERM}): the {count(ranks, 'rank')} shared "
-            f"host {host}'s {count(cores, 'core')}, so their collectives are their own CPU work, priced by a link timed alone; "
-            f"beside the compute both run slower ({by}), which the point leaves out"
-            + ("" if c.slowdown else ", and the profile's compute may hold such a slowdown from its own collectives (the low end)"))
+            f"host {host}'s {count(cores, 'core')}: their collectives are their own CPU work, priced by a link timed alone; "
+            f"beside the compute both run slower ({by}: the high end), which the point leaves out"
+            + ("" if c.slowdown else ", and the profile's compute may hold it already (the low end)"))

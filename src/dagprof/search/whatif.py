@@ -29,7 +29,7 @@ from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
 from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
-from ..passes.data_parallel import conversion_note, priced_wake_up, wake_ups_per_step, wrapper_reshard
+from ..passes.data_parallel import conversion_note, conversion_summary, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
@@ -253,6 +253,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {count(len(rows), 'row')} (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
+            "conversion_detail": _conversion_detail(g0, scenarios, cluster),
             "seconds": time.perf_counter() - t0}
 
 
@@ -292,11 +293,10 @@ def _overlap_bound_notes(g0: Graph, bounds: list[float]) -> list[str]:
         return []
     cores = "; ".join(f"{k.ranks} ranks on {k.cores} cores" + g0.meta.pinned_said(h)
                       for h, k in g0.meta.host_cpus.items()) or "cores not recorded"
-    return [f"--data-parallel ddp from an FSDP profile: the compute DDP's all-reduces slow beside them is not in the point (the FSDP "
-            "profile ran none beside a collective: its collectives block the ranks; no slowdown measured for this cluster): the "
-            f"interval's high end holds the step with it at up to {1 + core_bound_slowdown(g0):g}x (each rank's compute and gloo "
-            f"thread sharing the cores: {cores}), {min(bounds) / 1e3:.2f}-{max(bounds) / 1e3:.2f} ms more on the median step; "
-            "dagprof calibrate --overlap -o link.json on this cluster measures it (--link-model link.json prices it)"]
+    more = f"{min(bounds) / 1e3:.2f}" + (f"-{max(bounds) / 1e3:.2f}" if max(bounds) > min(bounds) else "")
+    return [f"--data-parallel ddp from an FSDP profile: the point leaves out how DDP's all-reduces slow the compute beside them (the "
+            f"FSDP profile ran none; no slowdown measured here); the interval's high end holds it at up to {1 + core_bound_slowdown(g0):g}x "
+            f"({cores}), {more} ms more a median step; dagprof calibrate --overlap -o link.json, then --link-model link.json, prices it"]
 
 
 def _wake_up_spread(g0: Graph, g: Graph, s: Scenario, c: Cluster) -> tuple[float, float]:
@@ -374,13 +374,25 @@ def _overlap_notes(c: Cluster) -> list[str]:
             "rate (on the testbed 200 Mbit/s slowed compute as much as an unshaped link)"]
 
 
-def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
-    """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for."""
-    measured = c.link_file is not None and c.link_file.fsdp is not None
+def _conversion_targets(g0: Graph, scenarios: list[Scenario]) -> list[str]:
+    """The wrappers the rows convert the profile to (``ddp``, ``fsdp``), each once."""
     fsdp = is_fsdp_graph(g0)
-    targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
-    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured, g0)}"
-            for t in sorted(targets) if (t == "fsdp") != fsdp]
+    return [t for t in sorted({"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None})
+            if (t == "fsdp") != fsdp]
+
+
+def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for: a short note; the derivation and
+    its held-out figures in ``conversion_detail``."""
+    measured = c.link_file is not None and c.link_file.fsdp is not None
+    return [f"--data-parallel {t} from a{'n FSDP' if is_fsdp_graph(g0) else ' DDP'} profile: {conversion_summary(t, measured, g0)} "
+            "(detail: --json's conversion_detail)" for t in _conversion_targets(g0, scenarios)]
+
+
+def _conversion_detail(g0: Graph, scenarios: list[Scenario], c: Cluster) -> dict[str, str]:
+    """Each target wrapper's ``conversion_note``: what every cost of the conversion is priced at and how held-out jobs fared."""
+    measured = c.link_file is not None and c.link_file.fsdp is not None
+    return {t: conversion_note(t, measured, g0) for t in _conversion_targets(g0, scenarios)}
 
 
 def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
@@ -552,11 +564,11 @@ def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
              + (f" ({unsized} more have no recorded size and keep their measured times)" if unsized else "")) if len(acts) else ""
     # a dagprof run sees the data-parallel collectives only: a replica's others (a TP layer's all-reduces, their waits) are
     # inside its layers' op times, which --compute-speed divides (bench/tp_fresh/mixer_dp_tp.py: about a quarter of its step)
-    inside = 0 < par.dp_size < par.world_size and par.dims <= {Dim.DP} and any(s.compute_speed for s in scenarios)
-    faster = ("; under --compute-speed, those a dagprof run timed inside the ops that issued them (a tensor-parallel layer's "
-              "all-reduces and their waits) speed up with those ops: the gain is an upper bound") if inside else ""
+    inside = 0 < par.dp_size < par.world_size and par.dims <= {Dim.DP}  # describe() says the ranks per replica already
+    faster = ("; --compute-speed speeds up the tensor-parallel all-reduces timed inside the ops with them: the gain is an upper "
+              "bound") if inside and any(s.compute_speed for s in scenarios) else ""
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
-            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "") + moved + faster]
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 and not inside else "") + moved + faster]
 
 
 def _iteration_us(g0: Graph, s: Scenario, cluster: Cluster, base_topo: Topology | None, g: Graph, res: ReplayResult) -> float:

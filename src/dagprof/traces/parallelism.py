@@ -214,8 +214,7 @@ class Parallelism:
             return ""
         kinds = ", ".join(f"{k.label} x{c:g}" for k, c in self.in_ops_kinds)
         used = min(1.0, dict(self.in_ops_kinds).get(CommKind.ALL_REDUCE, 0.0)) if self.ddp_used_map else 0.0
-        own = ("the model's collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a "
-               "tensor-parallel layer's all-reduce)")
+        own = "the model's collectives (SyncBatchNorm, a differentiable all_gather, a tensor-parallel all-reduce)"
         whose = (f"{used:g} of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)"
                  + (f", the rest {own}" if n > used else "")) if used else own
         head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
@@ -223,13 +222,14 @@ class Parallelism:
                 "times them inside the ops that issued them" + (": counted so in the breakdown by dimension" if self.in_op_groups
                                                                  else ": not in the breakdown by dimension"))
         sized, rest = self.in_ops_sized, n - self.in_ops_sized
-        priced = (f"; link what-ifs re-price the {sized:g} whose bytes the collector recorded (the op's time less their price "
-                  "on the profiled link, waits kept, plus their price on the new one)") if sized else ""
-        kept = (f"; {'the other ' if sized else ''}{rest:g} keep their measured time under link what-ifs (no bytes recorded: "
-                "one not made through the torch.distributed or functional-collective functions the collector patches, or an "
-                "asynchronous one whose transfer had ended before its wait began, or whose wait went unrecorded)") if rest > 0 else ""
-        return (head + priced + kept + "; bucket and worker what-ifs keep them all as measured (an all-gather's output grows "
-                "with the workers)")
+        # a re-priced one: the op's time less its price on the profiled link (waits kept), plus its price on the new one
+        priced = f"; link what-ifs re-price the {sized:g} whose bytes were recorded" if sized else ""
+        # no bytes: made outside the torch.distributed / functional-collective functions the collector patches, or an
+        # asynchronous one whose transfer ended before its wait began (or whose wait went unrecorded)
+        kept = (f"; {'the other ' if sized else ''}{rest:g} keep their measured time (no bytes recorded: made outside the "
+                "functions the collector patches, or an asynchronous one whose transfer ended before its wait began)") if rest > 0 else ""
+        # an all-gather's output grows with the workers: a worker what-if keeps it too
+        return head + priced + kept + "; bucket and worker what-ifs keep them all as measured"
 
     def in_loop_text(self, rank_steps: int) -> str:
         """The data-parallel collectives XLA ran inside loops, per step and rank (``rank_steps``: steps x ranks), and what

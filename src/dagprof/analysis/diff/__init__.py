@@ -406,8 +406,8 @@ def _in_ops_notes(a: RunSide, b: RunSide) -> list[str]:
     sides = ", ".join(f"{label} {p.in_ops[0]:g} ({p.in_ops[1] / 1e3:.1f} ms)" if p is not None else f"{label} 0" for label, p in per)
     # a DDP model under find_unused_parameters=True all-reduces which parameters got a gradient there, one a step: say so
     # rather than name SyncBatchNorm where it is all there is (bench/ddp_fresh/triplet_metric.py)
-    used = all(p is None or not p.in_ops[0] or (p.ddp_used_map and p.in_ops[0] <= 1) for _, p in per)
-    whose = ("DDP's all-reduce of which parameters got a gradient, find_unused_parameters=True" if used else
+    used_map_only = all(p is None or not p.in_ops[0] or (p.ddp_used_map and p.in_ops[0] <= 1) for _, p in per)
+    whose = ("DDP's all-reduce of which parameters got a gradient, find_unused_parameters=True" if used_map_only else
              "SyncBatchNorm, a differentiable all_gather, a tensor-parallel layer's all-reduce" +
              (", DDP's find_unused_parameters all-reduce" if any(p is not None and p.ddp_used_map for _, p in per) else ""))
     return [f"collectives a step per rank inside the model's own ops ({sides}; {whose}): "
