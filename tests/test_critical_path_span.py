@@ -43,7 +43,7 @@ def test_path_over_the_iterations_span(lagged) -> None:
     assert p.by_category.get("framework overhead", 0.0) < 0.05 * whole.by_category["framework overhead"]
     assert cut == pytest.approx(whole.total_us - marks.max())  # one rank: the window is its iteration
     assert f"ends {cut / 1e3:.2f} ms after the window's last step mark" in p.note
-    assert f"its first {cut / 1e3:.2f} ms left out" in p.note
+    assert f"the {cut / 1e3:.2f} ms before left out" in p.note
 
 
 def test_analyze_says_it_in_one_line(lagged) -> None:

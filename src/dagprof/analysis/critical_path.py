@@ -111,11 +111,9 @@ def _over_span(g: Graph, res: ReplayResult, nodes: np.ndarray, cut_us: float) ->
     nodes, start, end = nodes[keep], start[keep], end[keep]
     dur = np.minimum(end - np.maximum(start, cut_us), g.dur[nodes].astype(np.float64))
     gap = np.clip(start - cut_us, 0.0, g.gap[nodes].astype(np.float64))
-    note = (f"the critical path ends {cut_us / 1e3:.2f} ms after the window's last step mark (a device running behind its "
-            "host ends the window's work in a later step's time): it is taken over the window, first step mark to last "
-            f"({(end[-1] - cut_us) / 1e3:.2f} ms), as the iteration is; its first {cut_us / 1e3:.2f} ms left out, "
-            f"{(waits - float(gap.sum())) / 1e3:.2f} ms of them framework overhead (a device busy with work from before "
-            "the window)")
+    note = (f"the critical path ends {cut_us / 1e3:.2f} ms after the window's last step mark (the device runs behind its host): "
+            f"counted over the window, as the iteration is; the {cut_us / 1e3:.2f} ms before left out, "
+            f"{(waits - float(gap.sum())) / 1e3:.2f} ms of them framework overhead (work from before the window)")
     return nodes, dur, gap, note
 
 
