@@ -94,30 +94,6 @@ def _coll_drop(obj) -> bool:
     return False
 
 
-def _shift_epochs(obj, us: float) -> int:
-    """Move every epoch-looking time by ``us`` microseconds (ns clocks by as many ns): ``damage_inputs._skew``'s test."""
-    n = 0
-
-    def fix(x):
-        nonlocal n
-        if isinstance(x, dict):
-            for k, v in x.items():
-                x[k] = fix(v)
-        elif isinstance(x, list):
-            for i, v in enumerate(x):
-                x[i] = fix(v)
-        elif isinstance(x, (int, float)) and not isinstance(x, bool):
-            if 1.5e18 < x < 2.1e18:
-                n += 1
-                return x + int(us * 1000)
-            if 1.5e15 < x < 2.1e15:
-                n += 1
-                return x + us
-        return x
-    fix(obj)
-    return n
-
-
 def _last_step_cut(obj) -> float | None:
     ev = _ev(obj)
     if ev is not None:
@@ -264,7 +240,7 @@ def _other_window(obj) -> bool:
     return True
 
 
-EDITS = {"coll-drop": _coll_drop, "skew-sec": lambda o: _shift_epochs(o, 3e6) > 0, "stop-mid": _stop_mid,
+EDITS = {"coll-drop": _coll_drop, "skew-sec": lambda o: di.shift_epochs(o, 3e6) > 0, "stop-mid": _stop_mid,
          "zero-dur": _zero_dur, "shuffle": _shuffle, "empty-names": _empty_names, "ts-huge": _ts_huge,
          "neg-ts": _bad_ts("neg"), "nan-ts": _bad_ts("nan"), "dur-huge": _dur_huge, "other-window": _other_window}
 

@@ -208,8 +208,8 @@ def _bad_numbers(value):
     return edit
 
 
-def _skew(obj) -> bool:
-    """Move every epoch-looking time of the file an hour later (ns or us clocks)."""
+def shift_epochs(obj, us: float) -> int:
+    """Move every epoch-looking time of the file by ``us`` microseconds (ns clocks by as many ns); how many moved."""
     n = 0
 
     def fix(x):
@@ -223,13 +223,18 @@ def _skew(obj) -> bool:
         elif isinstance(x, (int, float)) and not isinstance(x, bool):
             if 1.5e18 < x < 2.1e18:
                 n += 1
-                return x + 3_600_000_000_000
+                return x + int(us * 1000)
             if 1.5e15 < x < 2.1e15:
                 n += 1
-                return x + 3_600_000_000
+                return x + us
         return x
     fix(obj)
-    return n > 0
+    return n
+
+
+def _skew(obj) -> bool:
+    """Move every epoch-looking time of the file an hour later (ns or us clocks)."""
+    return shift_epochs(obj, 3_600_000_000) > 0
 
 
 def _no_steps(obj) -> bool:
