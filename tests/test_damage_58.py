@@ -5,23 +5,13 @@ vendored fixture; nothing under tests/data changes.
 """
 from __future__ import annotations
 
-import json
 import random
 
-from testdata import copy_fixture, edit_json, load_refused
+from testdata import cli_json, copy_fixture, edit_json, load_refused
 
 from dagprof.cli.main import main
 
 SEC_NS = 1_000_000_000
-
-
-def _cli(capsys, *argv) -> tuple[int, dict | None, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    try:
-        return rc, json.loads(out.strip().splitlines()[-1]), err
-    except (ValueError, IndexError):
-        return rc, None, err
 
 
 def _shift(doc: dict, ns: int) -> None:
@@ -38,10 +28,10 @@ def test_a_rank_clock_seconds_off_on_one_named_host_is_aligned_not_renumbered(tm
     """Two ranks naming one host, one clock 3 s off: the steps were renumbered by time (+7) and the replay, of other
     steps, predicted 217.9 ms for 205.7 with only a window warning; the clocks are aligned on the collectives instead."""
     run = copy_fixture(tmp_path, "ddp-testbed/run")
-    rc, clean, _ = _cli(capsys, "analyze", "--json", str(run))
+    rc, clean, _ = cli_json(capsys, "analyze", "--json", str(run))
     assert rc == 0
     edit_json(run / "rank1.json", lambda d: _shift(d, 3 * SEC_NS))
-    rc, doc, err = _cli(capsys, "analyze", "--json", str(run))
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(run))
     assert rc == 0, err
     assert doc["predicted_iter_ms"] == clean["predicted_iter_ms"]
     assert doc["measured_iter_ms"] == clean["measured_iter_ms"]
@@ -53,10 +43,10 @@ def test_an_mxnet_trace_whose_events_are_out_of_order_reads_as_in_order(tmp_path
     """Its B/E pairs were paired in the file's order: shuffled, the spans came out wrong and the link fit failed with a
     line naming no file (a negative fixed cost); the trace format orders them by time, and so does the reader now."""
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
-    rc, clean, _ = _cli(capsys, "analyze", "--json", str(run))
+    rc, clean, _ = cli_json(capsys, "analyze", "--json", str(run))
     assert rc == 0
     edit_json(run / "worker1.json.gz", lambda d: random.Random(58).shuffle(d["traceEvents"]))
-    rc, doc, err = _cli(capsys, "analyze", "--json", str(run))
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(run))
     assert rc == 0, err
     assert doc["predicted_iter_ms"] == clean["predicted_iter_ms"] and doc["warnings"] == clean["warnings"]
 
@@ -93,6 +83,6 @@ def test_a_jax_rank_whose_steps_are_relabelled_is_refused_naming_the_offset(tmp_
         doc["step_times_us"] = {str(int(k) + 3): v for k, v in doc["step_times_us"].items()}
         doc["steps_profiled"] = [s + 3 for s in doc["steps_profiled"]]
     edit_json(run / "rank1.json", relabel)
-    rc, _, text = _cli(capsys, "analyze", "--json", str(run))
+    rc, _, text = cli_json(capsys, "analyze", "--json", str(run))
     assert rc == 2 and text.count("\n") == 1 and str(run) in text
     assert "rank 1's step numbers disagree with rank 0's by -3" in text and "step 9 end with rank 0's of step 6" in text

@@ -16,22 +16,12 @@ import subprocess
 import sys
 
 import pytest
-from testdata import DATA, copy_fixture, edit_json, load_refused
+from testdata import DATA, cli_json, copy_fixture, edit_json, load_refused
 
-from dagprof.cli.main import main
 from dagprof.traces.steps import STALL_FACTOR, stalled_steps
 
 HOUR_US = 3_600_000_000
 
-
-
-def _cli(capsys, *argv) -> tuple[int, dict | None, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    try:
-        return rc, json.loads(out.strip().splitlines()[-1]), err
-    except (ValueError, IndexError):
-        return rc, None, err
 
 
 def test_a_step_of_ten_hours_is_said(tmp_path, capsys):
@@ -47,7 +37,7 @@ def test_a_step_of_ten_hours_is_said(tmp_path, capsys):
             for row in doc.get(key) or []:
                 row[3] += 10 * HOUR_US * 1000 if row[3] > cut else 0
     edit_json(run / "rank1.json", stall)
-    rc, doc, _ = _cli(capsys, "analyze", "--json", str(run))
+    rc, doc, _ = cli_json(capsys, "analyze", "--json", str(run))
     assert rc == 0
     said = [w for w in doc["warnings"] if f"{STALL_FACTOR:.0f}x the median step" in w]
     assert said and "rank 1, step 9: 36000" in said[0], doc["warnings"]
@@ -142,7 +132,7 @@ def test_an_output_path_that_is_a_folder_or_under_a_file_isload_refused(tmp_path
     (tmp_path / "afile").write_text("")
     (tmp_path / "adir").mkdir()
     for flag, path, needle in [("--svg", tmp_path / "adir", "is a folder"), ("--trace", tmp_path / "afile" / "x.json", "is a file")]:
-        rc, _, err = _cli(capsys, "sgd", log, "--workers", "4", "--net", "10gbe", flag, str(path))
+        rc, _, err = cli_json(capsys, "sgd", log, "--workers", "4", "--net", "10gbe", flag, str(path))
         assert rc == 2 and needle in err and "internal error" not in err, err  # exit 3 before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile"]
 

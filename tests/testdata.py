@@ -67,3 +67,17 @@ def load_refused(path, *needles: str) -> str:
     for n in needles:
         assert n in text, text
     return text
+
+
+def cli_json(capsys, *argv) -> tuple:
+    """``dagprof ARGV`` in this process: its exit code, its last stdout line as JSON (None where it is none) and its stderr."""
+    import json  # noqa: PLC0415
+
+    from dagprof.cli.main import main  # noqa: PLC0415
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    try:
+        return rc, json.loads(out.strip().splitlines()[-1]), err
+    except (ValueError, IndexError):
+        return rc, None, err
