@@ -108,18 +108,8 @@ def test_a_custom_loop_with_packed_all_reduces_sizes_each_pack(tmp_path):
     whose gradients (267,816 B) TF all-reduces as 3 packs. The collector, handed no step function, sizes every traced
     ``tf.function``'s collectives before the window: each pack carries its own bytes (once: all on the first, 0 B on
     the others)."""
-    python = os.environ.get("DAGPROF_TF_PYTHON")
-    if not python:
-        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu (see this file)")
-    import sys  # noqa: PLC0415
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_frameworks import launch  # noqa: PLC0415
-
-    out = tmp_path / "run"
-    out.mkdir()
-    codes = launch("tf_mobilenet_accum", python, str(out), 2, 400, script_args=("--steps", "9", "--window", "6:8"))
-    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    out = _launched(tmp_path, "DAGPROF_TF_PYTHON", "a Python with tensorflow-cpu", "tf_mobilenet_accum", 400,
+                    ("--steps", "9", "--window", "6:8"))
     run = load(str(out))
     for trace in run.ranks:
         ev = trace.events
@@ -138,19 +128,8 @@ def test_a_sparse_gradient_of_a_dynamic_row_count_is_sized_in_each_step(batch, t
     collector reads the bytes per row of the sparse gradient's all-gathers and the lookup whose ids they gather from
     ``fit``'s traced step, and every profiled step's rows' and indices' gathers have bytes (``batch`` x 10 ids per
     worker, 2 workers: rows of 64 float32, int64 indices; at batch 8 under the memory tracer's floor), none unsized."""
-    python = os.environ.get("DAGPROF_TF_PYTHON")
-    if not python:
-        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu and tf-keras (see this file)")
-    import sys  # noqa: PLC0415
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_frameworks import launch  # noqa: PLC0415  (it sets the script's TF_USE_LEGACY_KERAS)
-
-    out = tmp_path / "run"
-    out.mkdir()
-    codes = launch("tf_bilstm_tagger_fit", python, str(out), 2, 600,
-                   script_args=("--epochs", "1", "--window", "3:5", "--maxlen", "10", "--batch", str(batch)))
-    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    out = _launched(tmp_path, "DAGPROF_TF_PYTHON", "a Python with tensorflow-cpu and tf-keras", "tf_bilstm_tagger_fit", 600,
+                    ("--epochs", "1", "--window", "3:5", "--maxlen", "10", "--batch", str(batch)))
     run = load(str(out))
     rows = 2 * batch * 10
     for trace in run.ranks:
@@ -169,20 +148,12 @@ def test_a_custom_loop_of_dynamic_shapes_sizes_every_gather_by_the_rows_the_scri
     with a dynamic length), custom loops that log the ids each worker looked up in each step: every all-gather of a
     sparse gradient (mostly TF's branch that pads the workers' unequal row counts) carries workers x the most rows any
     worker looked up (``tf_gather_rows``), none unsized."""
-    python = os.environ.get("DAGPROF_TF_PYTHON")
-    if not python:
-        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu (see this file)")
+    out = _launched(tmp_path, "DAGPROF_TF_PYTHON", "a Python with tensorflow-cpu", name, 600, ("--steps", "10", "--window", "5:8"))
     import sys  # noqa: PLC0415
 
-    sys.path.insert(0, str(ROOT / "bench"))
     sys.path.insert(0, str(ROOT / "bench" / "frameworks"))
-    from bench_frameworks import launch  # noqa: PLC0415
     from tf_gather_rows import main as gather_rows  # noqa: PLC0415
 
-    out = tmp_path / "run"
-    out.mkdir()
-    codes = launch(name, python, str(out), 2, 600, script_args=("--steps", "10", "--window", "5:8"))
-    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
     assert gather_rows(str(out)) == 0
     assert not any("have no size" in str(w) for w in load(str(out)).meta.warnings)
 
@@ -191,22 +162,11 @@ def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_wit
     """``bench/frameworks/jax_zero_rs.py`` recorded afresh (``tests/test_jax_reduce_scatter.py`` reads the vendored
     recording): every step's 3 all-gathers carry the gathered parameters, its 3 reduce-scatters the whole gradients,
     as ``CommKind.event_bytes`` counts them, on both ranks, matched across them."""
-    python = os.environ.get("DAGPROF_JAX_PYTHON")
-    if not python:
-        pytest.skip("needs DAGPROF_JAX_PYTHON: a Python with jax (see this file)")
-    import sys  # noqa: PLC0415
-
+    out = _launched(tmp_path, "DAGPROF_JAX_PYTHON", "a Python with jax", "jax_zero_rs", 400, ("--steps", "10"))
     import numpy as np  # noqa: PLC0415
 
     from dagprof.traces.events import CommKind, Kind  # noqa: PLC0415
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_frameworks import launch  # noqa: PLC0415
-
-    out = tmp_path / "run"
-    out.mkdir()
-    codes = launch("jax_zero_rs", python, str(out), 2, 400, script_args=("--steps", "10"))
-    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
     run = load(str(out))
     params = (256 * 512 + 512 * 512 + 512 * 16) * 4
     for trace in run.ranks:
@@ -223,20 +183,28 @@ def test_strategy_gather_of_per_replica_tensors_is_sized_as_sent(tmp_path):
     16 predictions and labels (int32) every step. TF pads each worker's tensor to the most any has (their shapes first),
     so the gathers' inputs have no static shape: sized per row, with no rows counted for them, all three went at 0 B.
     The padded tensors' own shapes are static (every worker's program fixes them): each gathers as that shape."""
-    python = os.environ.get("DAGPROF_TF_PYTHON")
-    if not python:
-        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu (see this file)")
-    import sys  # noqa: PLC0415
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_frameworks import launch  # noqa: PLC0415
-
-    out = tmp_path / "run"
-    out.mkdir()
-    codes = launch("tf_kws_specaug_gather", python, str(out), 2, 400, script_args=("--steps", "9", "--window", "6:8"))
-    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    out = _launched(tmp_path, "DAGPROF_TF_PYTHON", "a Python with tensorflow-cpu", "tf_kws_specaug_gather", 400,
+                    ("--steps", "9", "--window", "6:8"))
     for trace in load(str(out)).ranks:
         ev = trace.events
         sent = sorted(int(ev.nbytes[i]) for i in range(len(ev)) if ev.step[i] == 6 and ev.name_of(i).startswith("allgather")
                       and ev.name_of(i).endswith("CollectiveGatherV2_1"))
         assert sent == [8, 128, 128]  # 2 workers' 1 float, 16 int32 predictions, 16 int32 labels
+
+
+def _launched(tmp_path, env: str, needs: str, script: str, timeout: int, args: tuple) -> pathlib.Path:
+    """``bench_frameworks.launch`` of a user-style ``script`` on 2 processes into ``tmp_path/run``, both exiting 0;
+    skipped without the framework's Python (``env``, ``needs``)."""
+    python = os.environ.get(env)
+    if not python:
+        pytest.skip(f"needs {env}: {needs} (see this file)")
+    import sys  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_frameworks import launch  # noqa: PLC0415  (it sets a Keras script's TF_USE_LEGACY_KERAS)
+
+    out = tmp_path / "run"
+    out.mkdir()
+    codes = launch(script, python, str(out), 2, timeout, script_args=args)
+    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    return out
