@@ -84,5 +84,6 @@ def test_consuming_build_gives_the_same_graph_and_spends_the_builder():
     for c in (*NODE_COLUMNS, "indptr", "succ"):
         x, y = getattr(kept, c), getattr(spent, c)
         assert x.dtype == y.dtype and np.array_equal(x, y), c
-    with pytest.raises(KeyError):
-        b.add_node("x", Kind.FORWARD)
+    for use in (lambda: b.add_node("x", Kind.FORWARD), lambda: len(b), b.build):
+        with pytest.raises(RuntimeError, match="spent by build"):
+            use()

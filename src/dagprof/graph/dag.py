@@ -231,6 +231,13 @@ class Graph:
         return np.unique(self.rank[self.rank >= 0])
 
 
+class _Spent(dict):
+    """A consumed builder's columns: any use says so, at no cost to ``add_node`` on a live builder."""
+
+    def __missing__(self, key: str) -> Any:
+        raise RuntimeError("this GraphBuilder was spent by build(consume=True); copy the Graph (GraphBuilder.from_graph) to add to it")
+
+
 class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
@@ -360,6 +367,7 @@ class GraphBuilder:
         src, dst = self.edges()
         if consume:
             self._src, self._dst = [], []
+            self._cols = _Spent()
         return csr_graph(n, src, dst, names=self.names, devices=self.devices, layers=self.layers, meta=self.meta, ready_spread=spread, **cols)
 
     @classmethod
