@@ -13,7 +13,7 @@ import pytest
 from dagprof.graph.meta import WARMUP_STEPS
 from dagprof.passes.comm_cpu import lane_cpu, lane_threads, rank_cpu
 from dagprof.pipeline import open_run
-from dagprof.traces.meta import UNNAMED_SEP, OtherThreads
+from dagprof.traces.meta import OtherThreads, is_unnamed_thread
 
 RUN = "tests/data/tf-jax/shardmap-threads"
 
@@ -33,12 +33,12 @@ def test_each_client_lane_is_joined_to_one_unnamed_thread_and_the_busiest_is_not
     follows no lane) is not it."""
     for r in (0, 1):
         names = lane_threads(graph, r)
-        joined = {n for n in names if UNNAMED_SEP in n}
+        joined = {n for n in names if is_unnamed_thread(n)}
         assert "tf_XLAEigen" in names and len(joined) == 1 and not any(n.startswith("tf_XLAPjRtCpu") for n in names)
         cpu = {}
         for x in _unprofiled(graph, r):
             for n, c in x.named.items():
-                if UNNAMED_SEP in n:
+                if is_unnamed_thread(n):
                     cpu[n] = cpu.get(n, 0.0) + c.cpu_us
         assert max(cpu, key=cpu.get) not in joined
 
@@ -65,7 +65,7 @@ def _merged(g):
         for s, x in steps.items():
             by: dict[str, OtherThreads] = {}
             for n, c in x.named.items():
-                key = n.split(UNNAMED_SEP)[0]
+                key = n.split("#")[0]  # the file's form, traces.meta.unnamed_thread_key
                 was = by.get(key, OtherThreads(0.0, 0.0, 0))
                 by[key] = OtherThreads(was.cpu_us + c.cpu_us, was.wait_us + c.wait_us, was.runs + c.runs)
             sched[r][s] = msgspec.structs.replace(x, named=by)
@@ -75,7 +75,7 @@ def _merged(g):
 def test_the_threads_summed_under_one_name_keep_the_stand_in(graph):
     """Recorded as before (the unnamed threads summed), no thread bears the client lane's name: the stand-in prices it."""
     before = _merged(graph)
-    assert all(UNNAMED_SEP not in n for r in (0, 1) for n in lane_threads(before, r))
+    assert all(not is_unnamed_thread(n) for r in (0, 1) for n in lane_threads(before, r))
     assert all(c.lanes_us is None for c in rank_cpu(before).values())
 
 
@@ -85,7 +85,7 @@ def test_a_thread_that_does_not_follow_the_lane_is_not_joined(graph):
     loop = graph.meta.loop_steps
     sched = {}
     for r, steps in loop.sched.items():
-        joined = next(n for n in lane_threads(graph, r) if UNNAMED_SEP in n)
+        joined = next(n for n in lane_threads(graph, r) if is_unnamed_thread(n))
         prof = sorted(loop.profiled[r])
         vals = [steps[s].named.get(joined, OtherThreads(0.0, 0.0, 0)) for s in prof]
         order = np.argsort([v.cpu_us for v in vals])  # the lane's busiest step gets the thread's idlest, and so on
@@ -94,7 +94,7 @@ def test_a_thread_that_does_not_follow_the_lane_is_not_joined(graph):
         moved = {prof[int(ranked[k])]: vals[int(order[k])] for k in range(len(prof))}
         sched[r] = {s: (msgspec.structs.replace(x, named={**x.named, joined: moved[s]}) if s in moved else x) for s, x in steps.items()}
     g = graph.replace(meta=graph.meta.replace(loop_steps=dataclasses.replace(loop, sched=sched)))
-    assert all(UNNAMED_SEP not in n for r in (0, 1) for n in lane_threads(g, r))
+    assert all(not is_unnamed_thread(n) for r in (0, 1) for n in lane_threads(g, r))
     assert all(c.lanes_us is None for c in rank_cpu(g).values())
 
 

@@ -6,7 +6,7 @@ import threading
 import time
 
 from dagprof.collect.hooks.thread_sched import ThreadSched, _name
-from dagprof.traces.meta import THREAD_NAME_CHARS, UNNAMED_SEP, UNREAD_NAME, step_scheds
+from dagprof.traces.meta import THREAD_NAME_CHARS, UNREAD_NAME, step_scheds, unnamed_thread_key
 
 WORK_NS = 20_000_000
 
@@ -100,7 +100,7 @@ def test_a_thread_bearing_its_process_name_is_kept_apart_by_its_id():
     tid = _step_beside_a_worker(sched)
     own = _name(os.getpid())
     assert own not in sched.named  # every thread bearing it is kept apart, this one under its id
-    ((step, cpu, _, runs),) = sched.named[f"{own}{UNNAMED_SEP}{tid}"]
+    ((step, cpu, _, runs),) = sched.named[unnamed_thread_key(own, tid)]
     assert step == 3 and cpu >= WORK_NS and runs >= 1
 
 

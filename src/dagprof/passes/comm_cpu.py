@@ -41,7 +41,7 @@ from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import WARMUP_STEPS, CommCpu, GlooWake, LoopSteps
 from ..traces.comm_kind import CommKind
 from ..traces.events import Kind
-from ..traces.meta import THREAD_NAME_CHARS, UNNAMED_SEP, OtherThreads, StepSched, runnable_stretch
+from ..traces.meta import THREAD_NAME_CHARS, OtherThreads, StepSched, is_unnamed_thread, runnable_stretch
 
 XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
@@ -310,7 +310,7 @@ MATCH_SCALE = 4.0  # and its CPU over the steps within this factor of the op tim
 
 def _unnamed_lanes(g: Graph, rank: int, lanes: dict[int, str]) -> dict[int, str]:
     """Each of ``lanes`` (device -> name) that no thread of ``rank`` was recorded by, joined to the thread recorded apart
-    under the process's own name (``traces.meta.UNNAMED_SEP``) whose CPU over the profiled steps rises and falls with the
+    under the process's own name (``traces.meta.is_unnamed_thread``) whose CPU over the profiled steps rises and falls with the
     lane's op time (Pearson ``MATCH_R`` or more; the best first, a thread one lane's at most) and sums to about it (within
     ``MATCH_SCALE``: the thread that ran the ops was on a core about their time, while a busy thread can follow a lane
     busy in one step only by chance). A lane that none joins keeps its name: the stand-in prices it (``_lanes_cpu``)."""
@@ -319,7 +319,7 @@ def _unnamed_lanes(g: Graph, rank: int, lanes: dict[int, str]) -> dict[int, str]
     prof = sorted(s for s in (loop.profiled.get(rank, {}) if loop is not None else {}) if s in sched)
     recorded = {n for x in sched.values() for n in (x.named or {})}
     todo = [i for i, n in lanes.items() if n not in recorded]
-    unnamed = sorted(n for n in recorded if UNNAMED_SEP in n)
+    unnamed = sorted(n for n in recorded if is_unnamed_thread(n))
     if not todo or not unnamed or len(prof) < 3:
         return {}
     work = lane_work(g) & (g.rank == rank)

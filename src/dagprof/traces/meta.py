@@ -194,8 +194,19 @@ THREAD_NAME_CHARS = 15  # the kernel keeps a thread's name (``/proc/TID/comm``) 
 UNREAD_NAME = "(name unreadable)"
 # a thread that still bears its process's own name (``python``: it never named itself, or its name was longer than the kernel
 # keeps and did not set, as XLA's ``tf_XLAPjRtCpuClient`` pool's) is recorded apart as ``NAME#TID``: no pool joins such
-# threads by name, so ``passes.comm_cpu.lane_threads`` tells a lane's among them by their CPU a step
-UNNAMED_SEP = "#"
+# threads by name, so ``passes.comm_cpu.lane_threads`` tells a lane's among them by their CPU a step. The run file keeps
+# the key as written; these two are the only code that knows its form.
+_UNNAMED_SEP = "#"
+
+
+def unnamed_thread_key(name: str, tid: int) -> str:
+    """The per-name record's key of thread ``tid`` bearing its process's own ``name``."""
+    return f"{name}{_UNNAMED_SEP}{tid}"
+
+
+def is_unnamed_thread(key: str) -> bool:
+    """Whether a per-name record's key is one thread bearing its process's name (``unnamed_thread_key``), not a name."""
+    return _UNNAMED_SEP in key
 
 
 class OtherThreads(msgspec.Struct, frozen=True):

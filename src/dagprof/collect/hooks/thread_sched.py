@@ -32,7 +32,7 @@ A thread that bears its process's own name never set one of its own: XLA names i
 ``tf_XLAPjRtCpuClient``, 19 characters, which the kernel refuses, so in a JAX rank those threads (its lanes) are
 ``python`` beside gloo's and gRPC's unnamed threads (a 2-rank ``jax_shardmap`` run, 2026-12-06: their CPU a step followed
 the client lanes' op time, Pearson +0.74 / +0.99 / +0.99, the other ``python`` threads' did not). Each such thread is kept
-apart (``traces.meta.UNNAMED_SEP``: ``python#TID``), so a reader can tell which of them ran a lane.
+apart (``traces.meta.unnamed_thread_key``: ``python#TID``), so a reader can tell which of them ran a lane.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ import os
 import threading
 import time
 
-from ...traces.meta import UNNAMED_SEP, UNREAD_NAME
+from ...traces.meta import UNREAD_NAME, unnamed_thread_key
 
 UNSEEN_NS = 1_000_000  # a step's process CPU beyond its watched threads' (less a running thread's lag, up to a tick) that re-lists
 
@@ -142,7 +142,7 @@ class ThreadSched:
                 continue
             if self.by_name:
                 name = _name(t)
-                self._names[t] = f"{name}{UNNAMED_SEP}{t}" if name == self._own != UNREAD_NAME else name
+                self._names[t] = unnamed_thread_key(name, t) if name == self._own != UNREAD_NAME else name
 
     def _read_others(self) -> dict[int, tuple[int, int, int]]:
         """Each open other thread's (CPU ns, run-queue wait ns, runs); a thread whose file no longer reads is dropped."""
