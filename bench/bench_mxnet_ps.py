@@ -377,6 +377,9 @@ def main() -> int:
                     help="run nothing: predict again from the rounds kept in DIR (--keep) and compare with their measurements; "
                          "give the kept run's --rate, --other-rate and --more-workers")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no round that would end past this many seconds, at the rounds so far's pace (one hold of the "
+                         "measuring lock; 0: run every round)")
     ap.add_argument("--more-workers", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                     help="also predict and measure these worker counts (1 server, --other-rate), e.g. 4")
     ap.add_argument("--burst-ms", type=float, default=BURST_MS,
@@ -410,6 +413,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
         work = args.repredict or args.keep or tmp
         for k in range(args.rounds):
+            spent = time.monotonic() - t0
+            if args.budget_s and k and spent + spent / k > args.budget_s:  # another round would pass the hold's budget
+                print(f"round {k + 1}: not started ({spent:.0f} s spent of the {args.budget_s:g} s budget)", file=sys.stderr)
+                args.rounds = k
+                break
             pred: dict = {}
             got: dict = {}
             for cell in (cells if k % 2 == 0 else cells[::-1]):
