@@ -257,11 +257,25 @@ def replayed_step_ms(g, res) -> float:
     return float(np.mean([np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)]))) for r in g.ranks()])) / 1e3
 
 
-def measured_parts(run_dir: str) -> tuple[float, float, float, float, float]:
+def pulls_apart_ms(g, start) -> float:
+    """How far apart the workers' exchanges ended (each one's last pull in: the latest less the earliest), median over steps,
+    given ``start`` times (``g.order``: as measured; a replay's ``start``). The replay's copies share a server's port in
+    lockstep and end together; measured, TCP serves the pulls unevenly and the first served begins its next step early."""
+    import numpy as np
+
+    from dagprof.graph.build_ps import DONE
+
+    done: dict[int, list[float]] = {}
+    for v in np.flatnonzero(np.array(g.names)[g.name] == DONE):
+        done.setdefault(int(g.step[v]), []).append(float(start[v]))
+    return float(np.median([max(t) - min(t) for t in done.values()])) / 1e3
+
+
+def measured_parts(run_dir: str) -> tuple[float, float, float, float, float, float]:
     """Over the job's profiled steps: the mean exchange, the median of a worker's compute per step (its ops' time, which
     grows where workers crowd the cores: a core shared is an op preempted), of its process's and of its Python thread's
-    CPU time per step (nan where the run did not record it) and of how far apart the workers began pushing
-    (``passes.comm.push_spread_us``), in ms."""
+    CPU time per step (nan where the run did not record it), of how far apart the workers began pushing
+    (``passes.comm.push_spread_us``) and of how far apart their last pulls came in (``pulls_apart_ms``), in ms."""
     import numpy as np
 
     from dagprof.graph.build_ps import build_ps_graph
@@ -276,7 +290,7 @@ def measured_parts(run_dir: str) -> tuple[float, float, float, float, float]:
     cpu, front = ([c for _, _, c in per] for per in (g.meta.ps.cpu_us, g.meta.ps.main_cpu_us))
     return (statistics.mean(span for _, _, span in g.meta.ps.exchange_us) / 1e3, float(np.median(compute)) / 1e3,
             float(np.median(cpu)) / 1e3 if cpu else float("nan"), float(np.median(front)) / 1e3 if front else float("nan"),
-            float(np.median(push_spread_us(g, g.order))) / 1e3)
+            float(np.median(push_spread_us(g, g.order))) / 1e3, pulls_apart_ms(g, g.order))
 
 
 # TCP payload per Ethernet frame as tbf counts it (1448 B of MSS with timestamps in a 1514 B frame): the most a
@@ -292,8 +306,9 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     ``whatif`` does (its note, returned, says so with the profile's CPU figures). Per cell: (step ms, mean exchange ms),
     the same with the tbf bucket kept apart (``bucket_ms``), and the step with the workers' compute queued on this
     machine's ``cores`` (``whatif --cores``; None where the workers do not outnumber them); also the fitted bandwidth
-    (bit/s) and the bucket's gain (ms per exchange). Last per cell: how far apart the replayed workers began pushing (median
-    over steps, ms; ``passes.workers.shared_port_note`` says why 4 workers measured far more).
+    (bit/s) and the bucket's gain (ms per exchange). Then per cell: how far apart the replayed workers began pushing (median
+    over steps, ms; ``passes.workers.shared_port_note`` says why 4 workers measured far more), the replayed steps' median,
+    and how far apart their last pulls came in (``pulls_apart_ms``).
 
     Not queued by default: on mx_convnet.py (4 workers, 1 server, 200 Mbit/s, 2 cores, load 2-9) the 4-worker jobs' ops
     took no longer than the 2-worker jobs' (a worker's compute 11.9 and 12.1 ms per step against 14-22 ms), their workers
@@ -324,13 +339,13 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
-    def run(g, ref=None) -> tuple[float, float, float, float]:
+    def run(g, ref=None) -> tuple[float, float, float, float, float]:
         """``g``'s step, exchange, push spread and median step; with ``ref`` (the same cell at the profiled worker count) the
         step is ``ref``'s scaled by the span to the last exchange, as ``whatif --workers`` prices it."""
         res = replay(g)
         step = job_iteration_us(g, res) if ref is None else other_workers_us(ref, replay(ref), g, res)
         return (step / 1e3, float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3,
-                float(np.median(push_spread_us(g, res.start))) / 1e3, replayed_step_ms(g, res))
+                float(np.median(push_spread_us(g, res.start))) / 1e3, replayed_step_ms(g, res), pulls_apart_ms(g, res.start))
 
     p = open_run(run_dir)
     cost = measure_profiler_cost(p.graph)  # the cells' steps are timed with the profiler off: taken out first, as whatif does
@@ -353,10 +368,10 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
 
         other = g is not base  # another worker count: priced from the profiled one's (``other_workers_us``)
         linked, wired = linked_of(g), set_link(g, rate / 8 * PAYLOAD)
-        step, exch, spread, median = run(linked, linked_of(base) if other else None)
-        wire_step, wire_exch, _, _ = run(wired, set_link(base, rate / 8 * PAYLOAD) if other else None)
+        step, exch, spread, median, pulls = run(linked, linked_of(base) if other else None)
+        wire_step, wire_exch, *_ = run(wired, set_link(base, rate / 8 * PAYLOAD) if other else None)
         queued = run(share_cores(linked, cores), share_cores(linked_of(base), cores) if other else None)[0] if workers > cores else None
-        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued, spread, median)
+        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued, spread, median, pulls)
     most = max(c[2] for c in cells)
     fastest = 1e3 * min(v[0] for c, v in out.items() if c[2] == most)  # the shortest step predicted for the most workers, us
     return out, 8 * bw0, gain, "; ".join(filter(None, (cost.describe(), own_cores_note(profile, most, fastest), shared_port_note(profile, most))))
@@ -377,6 +392,9 @@ def main() -> int:
                     help="run nothing: predict again from the rounds kept in DIR (--keep) and compare with their measurements; "
                          "give the kept run's --rate, --other-rate and --more-workers")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no round that would end past this many seconds, at the rounds so far's pace (one hold of the "
+                         "measuring lock; 0: run every round)")
     ap.add_argument("--more-workers", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                     help="also predict and measure these worker counts (1 server, --other-rate), e.g. 4")
     ap.add_argument("--burst-ms", type=float, default=BURST_MS,
@@ -410,6 +428,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
         work = args.repredict or args.keep or tmp
         for k in range(args.rounds):
+            spent = time.monotonic() - t0
+            if args.budget_s and k and spent + spent / k > args.budget_s:  # another round would pass the hold's budget
+                print(f"round {k + 1}: not started ({spent:.0f} s spent of the {args.budget_s:g} s budget)", file=sys.stderr)
+                args.rounds = k
+                break
             pred: dict = {}
             got: dict = {}
             for cell in (cells if k % 2 == 0 else cells[::-1]):
@@ -423,9 +446,9 @@ def main() -> int:
                 else:
                     m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
                                 workers, args.burst_ms, args.buffer_kb << 10, min(c[1] for c in cells))
-                exchange, compute, cpu, front, spread = measured_parts(out)
+                exchange, compute, cpu, front, spread, pulls = measured_parts(out)
                 got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": exchange,
-                             "compute_ms": compute, "cpu_ms": cpu, "python_cpu_ms": front, "push_spread_ms": spread,
+                             "compute_ms": compute, "cpu_ms": cpu, "python_cpu_ms": front, "push_spread_ms": spread, "pulls_apart_ms": pulls,
                              "retransmits": m["testbed"].get("tcp_retransmits", -1)}
                 lost = got[cell]["retransmits"]
                 if cell == cells[0]:
@@ -435,7 +458,7 @@ def main() -> int:
             for c in cells:
                 rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
                              "pred_exchange_ms": pred[c][1], "bucket_iter_ms": pred[c][2], "bucket_exchange_ms": pred[c][3], "cores_iter_ms": pred[c][4],
-                             "pred_push_spread_ms": pred[c][5], "pred_median_iter_ms": pred[c][6],
+                             "pred_push_spread_ms": pred[c][5], "pred_median_iter_ms": pred[c][6], "pred_pulls_apart_ms": pred[c][7],
                              "fitted_bit_per_s": bw, "bucket_gain_ms": gain, "note": note})
     if args.json:
         with open(args.json, "w") as f:
@@ -493,6 +516,9 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
               f"{med(c, 'python_cpu_ms')[0]:.1f} ms" for c in cells))
     print("the workers' first pushes apart in a step (latest less earliest; median over steps, then rounds), measured / replayed: " + "; ".join(
         f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'push_spread_ms')[0]:.0f} / {med(c, 'pred_push_spread_ms')[0]:.0f} ms"
+        for c in cells))
+    print("their last pulls apart in a step (latest less earliest; median over steps, then rounds), measured / replayed: " + "; ".join(
+        f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'pulls_apart_ms')[0]:.0f} / {med(c, 'pred_pulls_apart_ms')[0]:.0f} ms"
         for c in cells))
     print("the replayed steps' median instead (each worker's, the workers' mean, as the measured side), error: " + "; ".join(
         f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'pred_median_iter_ms')[0]:.1f} ms "

@@ -80,7 +80,7 @@ def test_slower_link_and_more_workers_predicted_with_the_bucket_kept_apart():
     for cell, name in zip(cells, ("s1_200M", "s1_200M_w4")):
         m = json.loads((TESTBED / name / "mxnet-run.json").read_text())
         step, exchange = step_ms(m, False), measured_parts(str(TESTBED / name))[0]
-        scaled_step, scaled_exchange, step_apart, exchange_apart, _, _, _ = pred[cell]
+        scaled_step, scaled_exchange, step_apart, exchange_apart, *_ = pred[cell]
         assert abs(step_apart - step) / step < 0.03
         assert abs(exchange_apart - exchange) / exchange < 0.05
         assert abs(exchange_apart - exchange) < abs(scaled_exchange - exchange)
@@ -154,3 +154,21 @@ def test_four_workers_share_the_burst_allowance_their_port_gave_two():
     out = evaluate(g, [Scenario(workers=4, bandwidth="200Mbit")], Cluster(profiled_bandwidth="500Mbit"), None, tolerance_pct=None, raw=True)
     h = set_link(four, ps_bandwidth(fit, wire, asked, 2.0))
     assert out["scenarios"][0].predicted_iter_ms == pytest.approx(job_iteration_us(h, replay(h)) / 1e3, rel=1e-3)
+
+
+def test_two_trees_predictions_of_the_kept_rounds_join_by_round_and_cell():
+    """bench/mx_before_after.py: each tree's rows (in any order) land beside the measurement of the same round and cell."""
+    from mx_before_after import table
+
+    def rows(pred: dict) -> list[dict]:
+        return [{"round": k, "servers": s, "rate_bit": r, "workers": w, "iter_ms": 100.0 + k, "pred_iter_ms": p,
+                 "cores_iter_ms": p + 1 if w > 2 else None} for (k, s, r, w), p in pred.items()]
+
+    cells = [(k, s, r, w) for k in (0, 1) for s, r, w in ((1, 5e8, 2), (1, 2e8, 3))]
+    before = rows({c: 90.0 + c[0] + c[3] for c in cells})
+    after = rows({c: 110.0 + c[0] + c[3] for c in reversed(cells)})
+    out = table("KEPT", {"before": before, "after": after})
+    assert [(r["servers"], r["rate_mbit"], r["workers"]) for r in out] == [(1, 500, 2), (1, 200, 3)]
+    assert out[1]["measured_ms"] == [100.0, 101.0]
+    assert out[1]["before"] == [93.0, 94.0] and out[1]["after"] == [113.0, 114.0]
+    assert out[1]["after queued"] == [114.0, 115.0] and "after queued" not in out[0]

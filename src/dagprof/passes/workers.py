@@ -145,8 +145,8 @@ def data_parallel_degree(g: Graph, workers: int) -> int:
 
 def shared_port_note(g: Graph, workers: int) -> str | None:
     """A parameter-server ``--workers`` answer with more workers than profiled: each server's port is priced as a fair share of
-    its bandwidth among the workers' messages, the copies of a worker in lockstep with it, which is the port's best case. Said
-    in one line with the size it measured, since the profile cannot show it.
+    its bandwidth among the workers' messages, the copies of a worker in lockstep with it. Measured, the workers fall out of
+    step, which moved the step either way; said in one line with both sizes, since the profile cannot show it.
 
     TCP streams through one FIFO port are not served evenly. On the namespace testbed (``bench/bench_mxnet_ps.py``, 2 MiB
     port queues, 3 quiet rounds) mx_mlp.py's 4 workers into 1 server at 200 Mbit/s got their pulls 30-229 ms apart, so each
@@ -158,14 +158,20 @@ def shared_port_note(g: Graph, workers: int) -> str | None:
     over lockstep at the payload rate for 4 workers and +1.3 to +7.7 % for 2, is too noisy there to say more). Nor the cores': a worker's
     last pull to its next push took a median 6-8 ms a step with 4 workers, 5-7 with 2; nor TCP's slow start after idle
     (off in every namespace: 856 and 903 ms against 869 and 850, load 11-13). mx_convnet.py's 4 workers (380 KB each a
-    step) began 14-48 ms apart and came out within 6 %."""
+    step) began 14-48 ms apart and came out within 6 %. Out of step can also be faster than lockstep: mx_deepfm_workers.py's
+    3 workers into 1 server at 200 Mbit/s (8 rounds in two holds of the measuring lock, 2026-12-06, load 2-8) got their pulls
+    33-84 ms apart in 2 of its profiles (the replayed copies 2-5) and began their next pushes as far apart, so one worker's
+    pushes went into the server's port while the others' pulls still came out of it (a port's two directions carry apart): 2 -> 3 workers ran
+    x1.35 / x1.39 (medians of each hold's rounds) against the x1.50 of the port's bytes in lockstep, the step 6-9 % under
+    the replay (``bench/mx_before_after.py``; 2 workers at 200 Mbit/s, pulls 2-35 ms apart, within 1 %)."""
     n0 = int(g.world_size)
     if g.meta.ps is None or workers <= n0:
         return None
     spread = push_spread_us(g, g.order)
     return (f"--workers {workers}: each server's port shared fairly by the {workers} workers in lockstep (the {n0} profiled began their "
-            f"pushes {np.median(spread) / 1e3:.0f} ms apart), the port's best case: TCP serves streams through one port unevenly, so "
-            "workers fall out of step (4 into 1 server on the 200 Mbit/s testbed: 6 % over the replay)")
+            f"pushes {np.median(spread) / 1e3:.0f} ms apart); TCP serves streams through one port unevenly, so workers fall out of "
+            "step, either way from lockstep on the 200 Mbit/s testbed (1 server: 4 mx_mlp.py workers 6 % over the replay, "
+            "3 mx_deepfm_workers.py ones 6-9 % under it, pushing in while others pulled)")
 
 
 def _scale_ps_workers(g: Graph, workers: int) -> Graph:

@@ -443,7 +443,7 @@ def _server_cores_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
 
 
 def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
-    """More parameter-server workers than profiled: their messages share each server's port in the model's best case."""
+    """More parameter-server workers than profiled: their messages share each server's port in lockstep (``shared_port_note``)."""
     note = shared_port_note(g, max(s.workers or 0 for s in scenarios)) if is_ps_graph(g) else None
     return [note] if note else []
 
