@@ -155,5 +155,5 @@ def _between(a: Analysis, op: str) -> str:
     root = (f"the model's own code outside its layers (the root {', '.join(roots)}'s forward, with its own parameters; the loss, "
             "unless a loss module times it)") if roots else ""
     code = (f"the code of {', '.join(modules[:4])}{' ...' if len(modules) > 4 else ''}, whose parameters no timed layer ran; "
-            "profiled again, an nn.MultiheadAttention among them is timed as one layer") if modules else ""
+            "profiled again, an nn.MultiheadAttention or a parametrized module (weight_norm) among them is timed as one layer") if modules else ""
     return f" (time between timed layers: it holds {'; and '.join(x for x in (root, code) if x)})"
