@@ -94,7 +94,7 @@ def main() -> None:
     p.add_argument("--no-ckpt", action="store_true", help="no activation checkpointing")
     args = p.parse_args()
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.manual_seed(0)
     model = Llama(seq=args.seq)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
