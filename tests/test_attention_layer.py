@@ -94,3 +94,42 @@ def test_a_profile_with_untimed_attention_names_it_where_its_gap_leads_the_path(
     assert top.detail.startswith("other:forward: ")
     assert "the root Classifier's forward" in top.detail  # the model's own parameters: its forward's lines, said apart
     assert "the code of encoder.layers.0.self_attn, encoder.layers.0.self_attn.out_proj, whose parameters" in top.detail
+
+
+def test_a_gap_in_a_block_s_own_code_says_where_it_is(tmp_path):
+    """Every layer ran, yet the path's largest op is ``other:forward``: a block's own arithmetic between its leaves (a
+    Llama block's rotary and attention) is no layer's; the finding says so and how to time it."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof import profile
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.out = torch.nn.Linear(4, 64), torch.nn.Linear(64, 2)
+
+        def forward(self, x):
+            h = self.inp(x)
+            m = torch.eye(64) + 0.001 * torch.ones(64, 64)
+            for _ in range(300):  # the block's own code, far longer than its two small leaves
+                h = torch.tanh(h @ m)
+            return self.out(h)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(Block())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=False) as prof:
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(8, 4)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+    a = analyze(build_graph(read_run(tmp_path / "run")))
+    gaps = [f.detail for f in findings(a) if f.title == "largest op on the critical path"]
+    assert gaps and gaps[0].startswith(("other:forward: ", "other:backward: "))
+    assert "code in modules with children outside their leaf modules" in gaps[0] and "timed as a layer" in gaps[0]
