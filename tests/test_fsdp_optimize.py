@@ -219,3 +219,16 @@ def test_the_predicted_graph_says_what_the_plan_changed():
     one = Strategy((), 2, fsdp=FsdpPlan(tuple(FsdpUnitPlan(u.name, u.numel, u.name != "blocks.1") for u in g.meta.fsdp.units), "bfloat16"))
     assert plan_change(g, one).startswith("keeps blocks.1 gathered after forward: 1 backward all-gather a step removed (64.8 KB gathered")
     assert plan_change(g, one).endswith("; reduces every unit's gradients in bfloat16")
+
+
+def test_settings_that_stand_beside_an_advised_grouping_say_the_grouping():
+    """keep4 keeps every unit gathered already: no setting a strategy file holds gains, yet merging its units does. The
+    one line said instead of a strategy named the job's settings as standing under a line advising the grouping
+    (bench/fsdp_fresh/hsdp_pointnet2.py: merge:3 at -6.4 %); it now names the grouping and its wrap call."""
+    from dagprof.closeloop import defaults_stand
+
+    res = search_fsdp(graph(KEEP4), budget_s=60)
+    assert not res.worth_applying and res.grouping is not None
+    line = defaults_stand(res)
+    assert "settings stand" not in line and "no strategy file written" in line
+    assert f"--units {res.grouping.spec}" in line and res.grouping.wrap(res.api) in line

@@ -146,8 +146,11 @@ def _between(a: Analysis, op: str) -> str:
         return ""
     ran = {g.layers[k] for k in np.unique(g.layer[np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]) & (g.layer >= 0)]).tolist()}
     untimed = [m for m in g.meta.layer_grad_bytes if m not in ran]
-    if not untimed:
-        return ""
+    if not untimed:  # every parameter's layer ran: the gap is code in modules with children (a Llama block's rotary and
+        # attention, a PointNet++ layer's sampling loop: bench/fsdp_fresh/llama_swiglu.py, hsdp_pointnet2.py), said nowhere
+        part = "forward" if op == "other:forward" else "backward"
+        return (f" (time between timed layers: the {part} of code in modules with children outside their leaf modules, "
+                "such as a block's attention arithmetic or a Python loop; code moved into a module of its own is timed as a layer)")
     # the root's own parameters (a DETR's queries, a position table) are counted under its class name, which no layer's
     # path starts with: its forward's own lines, not an untimed attention module (bench/fsdp_fresh/detr_setpred.py)
     roots = [m for m in untimed if "." not in m and not any(str(x).startswith(m + ".") for x in g.layers)]
@@ -155,5 +158,5 @@ def _between(a: Analysis, op: str) -> str:
     root = (f"the model's own code outside its layers (the root {', '.join(roots)}'s forward, with its own parameters; the loss, "
             "unless a loss module times it)") if roots else ""
     code = (f"the code of {', '.join(modules[:4])}{' ...' if len(modules) > 4 else ''}, whose parameters no timed layer ran; "
-            "profiled again, an nn.MultiheadAttention among them is timed as one layer") if modules else ""
+            "profiled again, an nn.MultiheadAttention or a parametrized module (weight_norm) among them is timed as one layer") if modules else ""
     return f" (time between timed layers: it holds {'; and '.join(x for x in (root, code) if x)})"
