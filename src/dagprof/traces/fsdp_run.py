@@ -99,10 +99,11 @@ def _call_transfers(info: FsdpInfo, calls: list[tuple[int, int, int]], gloo: lis
     """The index into ``gloo`` (Kineto's collectives, by start) of each call's transfer (None: none found): the first not
     taken that started within the call. A process group runs its collectives on gloo threads of its own, which share them
     about evenly, so those of the call's group are the lanes where that group's calls found their transfer that way at
-    least a quarter as often as on its most found one (and more often than another group's calls); a second pass keeps to
-    them. Without it, a DP x TP job's tensor-parallel all-reduce, issued asynchronously before an FSDP call and started
-    on its group's thread within it, was taken as the call's (``bench/tp_fresh/llama_fsdp_tp.py``: on 2 of its 4 ranks),
-    and its group's lanes labelled data parallel."""
+    more than a quarter as often as on its most found one (and more often than another group's calls); a second pass keeps to
+    them, a call it leaves without one keeping the first pass's where no other call took it (a job's rare call in another
+    process group of the same ranks, whose lane few calls found). Without it, a DP x TP job's tensor-parallel all-reduce,
+    issued asynchronously before an FSDP call and started on its group's thread within it, was taken as the call's
+    (``bench/tp_fresh/llama_fsdp_tp.py``: on 2 of its 4 ranks), and its group's lanes labelled data parallel."""
     first = _first_within(calls, gloo, lambda k, lane: True)
     votes = Counter((info.collectives[k].group, gloo[j][0]) for (k, _, _), j in zip(calls, first) if j is not None)
     most: Counter = Counter()
@@ -110,9 +111,11 @@ def _call_transfers(info: FsdpInfo, calls: list[tuple[int, int, int]], gloo: lis
         most[group] = max(most[group], n)
     lanes: dict[str, set[str]] = {}
     for (group, lane), n in votes.items():
-        if 4 * n >= most[group] and all(n > m for (other, at), m in votes.items() if at == lane and other != group):
+        if 4 * n > most[group] and all(n > m for (other, at), m in votes.items() if at == lane and other != group):
             lanes.setdefault(group, set()).add(lane)
-    return _first_within(calls, gloo, lambda k, lane: lane in lanes.get(info.collectives[k].group, ()))
+    second = _first_within(calls, gloo, lambda k, lane: lane in lanes.get(info.collectives[k].group, ()))
+    taken = set(second)
+    return [j if j is not None or i in taken else i for j, i in zip(second, first)]
 
 
 def _first_within(calls: list[tuple[int, int, int]], gloo: list[tuple], fits) -> list[int | None]:
