@@ -29,3 +29,21 @@ def test_tensor_parallel_collectives_are_told_from_the_jobs_own():
     assert len(own) == 1 and own[0].startswith("19 collective(s) a rank ran")
     assert "16 within the forward and backward passes (the model's own: a tensor-parallel" in own[0]
     assert "; 3 before or after them (the job's own: clip_grad_norm_'s" in own[0]
+
+
+def test_an_fsdp_call_takes_its_transfer_on_its_groups_own_lanes():
+    """A TP all-reduce issued asynchronously before an FSDP call may start on the TP group's gloo thread within the call,
+    before FSDP's own transfer (bench/tp_fresh/llama_fsdp_tp.py: on 2 of its 4 ranks); the call took it, and the TP lane
+    was labelled data parallel. Each call keeps to the lanes where its group's calls found their transfers; a rare call
+    whose lane few calls found keeps the one it found."""
+    from types import SimpleNamespace
+
+    from dagprof.traces.fsdp_run import _call_transfers
+
+    info = SimpleNamespace(collectives=[SimpleNamespace(group="0,2")] * 12 + [SimpleNamespace(group="0,1,2,3")])
+    calls = [(k, 100 * k, 100 * k + 50) for k in range(13)]
+    gloo = [("dp a" if k % 2 else "dp b", 100 * k + 10, 0, 100 * k + 40, None) for k in range(13) if k not in (3, 12)]
+    gloo += [("tp", 305, 0, 320, None), ("dp a", 310, 0, 340, None), ("world", 1205, 0, 1240, None)]
+    gloo.sort(key=lambda x: x[1])
+    lanes = [gloo[j][0] if j is not None else None for j in _call_transfers(info, calls, gloo)]
+    assert lanes == ["dp b", "dp a"] * 6 + ["world"]

@@ -227,6 +227,37 @@ def test_a_dagprof_run_of_fsdp_beside_tp_counts_its_tp_collectives_under_tp_insi
     assert set(rows) == {Dim.DP} and rows[Dim.DP].inside_ops / syncbn.steps == (9 + 9) * 2 / 2  # a step and rank, 2 ranks, one group
 
 
+def test_a_dagprof_run_of_fsdp_beside_tp_sizes_its_tp_collectives_as_the_models_shapes_imply(capsys, tmp_path):
+    """FSDP's recorder patched the functional collectives for none of the job's own calls, so the TP row of an FSDP x TP run
+    had a count and a time but no bytes. Now each DTensor all-reduce outside FSDP's calls is recorded (kind, group size, bytes
+    per rank) and its bytes reach the TP row. bench/tp_fresh/t5_dp_tp.py --layers 1 (batch 4, source 16, target 12, dim 64,
+    fp32) per rank and step over tp: 8 all-reduces of batch x 16 x 64 x 4 bytes (the encoder's 2 row-wise outputs, its 4
+    column-wise inputs' gradients, the cross-attention's k and v of the memory) and 8 of batch x 12 x 64 x 4 (the decoder's
+    3 outputs, 5 input gradients), and clipping's norms of its 16 TP-split weights (4 bytes each); over dp, clipping's
+    norms of 13 replicated tensors and of the 16."""
+    enc, dec = 4 * 16 * 64 * 4, 4 * 12 * 64 * 4
+    tp_bytes, dp_bytes = 8 * enc + 8 * dec + 16 * 4, 13 * 4 + 16 * 4
+    run = read_run(FRESH / "t5-dp-tp-dagprof")
+    for t in run.ranks:
+        got = {x.dim: (x.count, x.sized, x.nbytes) for x in t.meta.in_op_groups}
+        assert got == {"TP": (17, 17, tp_bytes), "DP": (2, 2, dp_bytes)}
+        pieces = t.events.nbytes[t.events.group_size > 0]  # those that blocked their op: re-priced by link what-ifs
+        assert len(pieces) and set(pieces.tolist()) <= {enc, dec, 16 * 4, 13 * 4}
+    code, out, err = _cli(capsys, "analyze", FRESH / "t5-dp-tp-dagprof", "--json")
+    row = next(d for d in json.loads(out)["communication_by_dim"] if d["dim"] == "TP")
+    assert code == 0 and row["inside_ops_mb_per_iter"] == pytest.approx(2 * tp_bytes / 2 ** 20)  # two TP groups, 1 step
+    assert row["inside_ops_sized_per_iter"] == row["inside_ops_per_iter"] == 34
+    code, out, err = _cli(capsys, "analyze", FRESH / "t5-dp-tp-dagprof")
+    assert f"34.0 inside the ops, {2 * tp_bytes / 2 ** 20:.3f} MB," in out
+    code, out, err = _cli(capsys, "report", FRESH / "t5-dp-tp-dagprof", "-o", tmp_path, "--json")
+    assert code == 0 and "inside the ops MB" in open(json.loads(out)["files"]["report"]).read()
+    for flag, value, said in (("--workers", "8", "--workers keeps the 17 at their measured time and group size"),
+                              ("--bandwidth", "100Mbit", "link what-ifs re-price")):
+        code, out, err = _cli(capsys, "whatif", FRESH / "t5-dp-tp-dagprof", flag, value, "--no-trace", "--allow-model-error",
+                              "-o", tmp_path)
+        assert code == 0 and "17 TP collectives a step per rank ran inside the ops" in out and said in out
+
+
 def test_compute_speed_on_a_dagprof_run_beside_tp_says_its_tp_collectives_speed_up_with_their_ops(capsys, tmp_path):
     """The TP all-reduces a dagprof run times inside the layers (about a quarter of stop 58's MLP-Mixer step) are divided by
     --compute-speed with those ops, where the note said every non-DP collective kept its measured time."""

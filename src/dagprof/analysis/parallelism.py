@@ -32,33 +32,36 @@ class DimComm:
     # group's ranks): timed inside the ops that issued them (host time), not on the comm lanes the critical path crosses
     inside_ops: float = 0.0
     inside_us: float = 0.0  # their measured transfers on the comm threads, waits for peers included
+    inside_bytes: float = 0.0  # the bytes the collector recorded for their calls (DTensor's functional collectives)
+    inside_sized: float = 0.0  # how many of them it recorded
 
     def to_dict(self, per: int = 1) -> dict:
         return {"dim": self.dim.text, "groups": self.groups, "collectives_per_iter": self.collectives / per,
                 "mb_per_iter": self.nbytes / per / MB, "ms_per_iter": self.replayed_us / per / 1e3,
-                "inside_ops_per_iter": self.inside_ops / per, "inside_ops_ms_per_iter": self.inside_us / per / 1e3}
+                "inside_ops_per_iter": self.inside_ops / per, "inside_ops_ms_per_iter": self.inside_us / per / 1e3,
+                "inside_ops_mb_per_iter": self.inside_bytes / per / MB, "inside_ops_sized_per_iter": self.inside_sized / per}
 
 
 def comm_by_dim(g: Graph, result: ReplayResult) -> list[DimComm]:
     """One row per dimension that has collectives, DP first."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
     dims = g.dim[comm] if g.meta.parallel is not None else np.full(len(comm), int(Dim.DP), dtype=np.int8)
-    inside: dict[int, list] = {}  # dim -> [group instances, us, groups]
+    inside: dict[int, list] = {}  # dim -> [group instances, us, bytes, sized, groups]
     for x in g.meta.parallel.in_op_groups if g.meta.parallel is not None else ():
         d = next(k for k in Dim if k.text == x.dim)
         size = len(x.group.split(",")) if x.group else 1
-        row = inside.setdefault(int(d), [0.0, 0.0, set()])
-        row[0] += x.count / size
-        row[1] += x.us / size
-        row[2].add(x.group or "not told")
+        row = inside.setdefault(int(d), [0.0, 0.0, 0.0, 0.0, set()])
+        for k, v in enumerate((x.count, x.us, x.nbytes, x.sized)):
+            row[k] += v / size
+        row[4].add(x.group or "not told")
     rows = []
     for d in sorted(set(dims.tolist()) | set(inside), key=lambda d: (d == Dim.UNKNOWN, d)):
         mine = comm[dims == d]
-        n, us, named = inside.get(d, (0.0, 0.0, set()))
+        n, us, nbytes, sized, named = inside.get(d, (0.0, 0.0, 0.0, 0.0, set()))
         # the graph's names of its groups (DDP's "0"), else the in-op ones' ranks
         groups = sorted({g.devices[int(v)].name.removeprefix("group ") for v in g.device[mine] if v >= 0} or named)
         rows.append(DimComm(Dim(d), groups, len(mine), int(g.nbytes[mine].sum()), float((result.end[mine] - result.start[mine]).sum()),
-                            n, us))
+                            n, us, nbytes, sized))
     return rows
 
 
@@ -71,4 +74,5 @@ def parallelism_dict(g: Graph) -> dict | None:
     return {"summary": par.describe(), "dp_size": par.dp_size, "notes": par.notes,
             "groups": [{"name": x.name, "desc": x.desc, "ranks": list(x.ranks), "collectives": x.dims, "evidence": x.evidence}
                        for x in par.groups],
-            "inside_ops": [{"group": x.group, "dim": x.dim, "collectives": x.count, "ms": x.us / 1e3} for x in par.in_op_groups]}
+            "inside_ops": [{"group": x.group, "dim": x.dim, "collectives": x.count, "ms": x.us / 1e3, "mb": x.nbytes / MB, "sized": x.sized}
+                           for x in par.in_op_groups]}

@@ -39,7 +39,7 @@ def to_text(r: dict) -> str:
                   + (f"{d['collectives_per_iter']:>7.1f} collectives {_mb(d['mb_per_iter'])} {d['ms_per_iter']:>9.2f} ms"
                      if d["collectives_per_iter"] or not d["inside_ops_per_iter"] else "")
                   + (f"{' + ' * bool(d['collectives_per_iter'])}{d['inside_ops_per_iter']:.1f} inside the ops, "
-                     f"{d['inside_ops_ms_per_iter']:.2f} ms" if d["inside_ops_per_iter"] else "")
+                     + _inside_mb(d) + f"{d['inside_ops_ms_per_iter']:.2f} ms" if d["inside_ops_per_iter"] else "")
                   + f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
         if any(d["inside_ops_per_iter"] for d in r["communication_by_dim"]):
             lines.append(f"    (inside the ops: {INSIDE_OPS})")
@@ -62,6 +62,15 @@ def _overhead_lines(parts: dict[str, float], top: int = 8) -> list[str]:
     shown = [f"    {k:<60} {v:8.2f} ms" for k, v in list(parts.items())[:top] if v >= 0.005]
     rest = list(parts.values())[top:]
     return shown + ([f"    {f'the rest ({len(rest)} kinds)':<60} {sum(rest):8.2f} ms"] if rest else [])
+
+
+def _inside_mb(d: dict) -> str:
+    """The bytes of a dimension's collectives inside the ops, where the collector recorded them (DTensor's functional
+    collectives), and how many it recorded where not all; "" where none."""
+    n, sized = d["inside_ops_per_iter"], d.get("inside_ops_sized_per_iter", 0.0)
+    if not sized:
+        return ""
+    return f"{d['inside_ops_mb_per_iter']:.3f} MB" + (f" ({sized:.1f} sized)" if sized < n - 1e-9 else "") + ", "
 
 
 def _mb(mb: float) -> str:

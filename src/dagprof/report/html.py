@@ -89,9 +89,11 @@ def render(inp: ReportInputs) -> str:
         if par is not None:
             parts.append(f"<p>{escape(par.describe())}. " + escape(" ".join(par.notes)) + "</p>")
         inside = any(d.inside_ops for d in a.comm_dims)
-        parts.append(html_table(["dimension", "collectives", "MB", "replayed ms"] + ["inside the ops", "inside the ops ms"] * inside + ["groups"],
+        parts.append(html_table(["dimension", "collectives", "MB", "replayed ms"]
+                                + ["inside the ops", "inside the ops MB", "inside the ops ms"] * inside + ["groups"],
                                 [[d.dim.text, d.collectives / per, d.nbytes / per / MB, ms(d.replayed_us)]
-                                 + [d.inside_ops / per, ms(d.inside_us)] * inside + [", ".join(d.groups[:8])] for d in a.comm_dims]))
+                                 + [d.inside_ops / per, d.inside_bytes / per / MB, ms(d.inside_us)] * inside + [", ".join(d.groups[:8])]
+                                 for d in a.comm_dims]))
         if inside:
             parts.append(f"<p>Inside the ops: {escape(INSIDE_OPS)}.</p>")
 

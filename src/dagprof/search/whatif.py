@@ -21,13 +21,13 @@ from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
 from ..analysis.foreign_cpu import foreign_cpu_note
 from ..analysis.interval import LEVEL, PredictionInterval, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
-from ..costmodel.topology import Scheme, Topology
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
-from ..passes.comm import activation_comm
+from ..passes.comm import activation_comm, current_topology, in_op_prices
 from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
 from ..passes.data_parallel import conversion_note, conversion_summary, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
@@ -568,7 +568,29 @@ def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     faster = ("; --compute-speed speeds up the tensor-parallel all-reduces timed inside the ops with them: the gain is an upper "
               "bound") if inside and any(s.compute_speed for s in scenarios) else ""
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
-            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 and not inside else "") + moved + faster]
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 and not inside else "") + moved + faster
+            + _inside_ops_clause(g, scenarios)]
+
+
+def _inside_ops_clause(g: Graph, scenarios: list[Scenario]) -> str:
+    """How many of a dagprof run's collectives of other dimensions than DP ran inside the ops (``Parallelism.in_op_groups``: a
+    DP x TP job's tensor-parallel all-reduces), per step and rank, and what the scenarios do with them: a worker what-if
+    keeps them all as measured, a link what-if re-prices those the collector sized (``passes.comm.in_op_prices``: pieces
+    of the op they blocked, in a group of the link's ranks; they too may be a DP one's, clipping's norm)."""
+    par = g.meta.parallel
+    rows = [x for x in par.in_op_groups if x.dim != Dim.DP.text]
+    rank_steps = max(len(g.meta.steps) * graph_world_size(g), 1)
+    if not rows:
+        return ""
+    dims = "/".join(sorted({x.dim for x in rows}))
+    n, mb = sum(x.count for x in rows) / rank_steps, sum(x.nbytes for x in rows) / rank_steps / MB
+    what = [f"--workers keeps the {n:g} at their measured time and group size"] * any(s.workers is not None for s in scenarios)
+    if any(_reprices_link(s) and s.workers is None for s in scenarios):
+        priced = len(in_op_prices(g, current_topology(g), CollectiveSpec())[0]) / rank_steps
+        what.append(f"link what-ifs re-price {priced:.1f} a step per rank of the collectives inside the ops (sized, where they "
+                    f"blocked their op, in a group of the link's ranks), the others keep their measured time")
+    return (f"; {n:g} {dims} collectives a step per rank ran inside the ops"
+            + (f" ({mb:.3f} MB recorded)" if mb else " (no bytes recorded)") + (": " + "; ".join(what) if what else ""))
 
 
 def _iteration_us(g0: Graph, s: Scenario, cluster: Cluster, base_topo: Topology | None, g: Graph, res: ReplayResult) -> float:

@@ -19,8 +19,10 @@ named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import os
+from collections import Counter
 
 import msgspec
 import numpy as np
@@ -30,7 +32,7 @@ from ..intervals import covered
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .parallelism import in_op_groups
-from .run_comm import device_ops, exchange_starts
+from .run_comm import device_ops, exchange_starts, in_op_sizes, own_call_bytes
 from .run_schema import FSDP1_API, FSDP2_API, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
@@ -51,32 +53,32 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
     transfers, host = [], []
-    g = 0
-    outside: list[tuple[str, int, int, int]] = []  # each collective Kineto saw outside FSDP's calls
+    found = _call_transfers(info, calls, gloo) if gloo is not None else [None] * len(calls)
     hooked: dict[str, tuple[int, ...]] = {}  # lane -> the group of FSDP's calls whose transfers ran on it
-    for k, b0, b1 in calls:
+    for (k, b0, b1), j in zip(calls, found):
         c = info.collectives[k]
         name = collective_name(info, c)
         lane, s0, x0, s1 = HOOK_LANE, b0, b0, b1
-        if gloo is not None:
-            while g < len(gloo) and gloo[g][1] < b0:
-                outside.append(gloo[g])
-                g += 1
-            if g < len(gloo) and gloo[g][1] <= b1:
-                lane, s0, x0, s1 = gloo[g]
-                if c.phase not in JOB_PHASES:  # FSDP's own: data parallel
-                    hooked.setdefault(lane, tuple(int(r) for r in c.group.split(",")))
-                g += 1
+        if j is not None:
+            lane, s0, x0, s1, _ = gloo[j]
+            if c.phase not in JOB_PHASES:  # FSDP's own: data parallel
+                hooked.setdefault(lane, tuple(int(r) for r in c.group.split(",")))
         kind, role = CommKind.from_label(c.kind).priced_as, CommRole.JOB if c.phase in JOB_PHASES else CommRole.PLAIN
         transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind, role=role))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes,
                           comm_kind=kind, role=role))
-    labelled = []
-    if gloo is not None and (outside := outside + gloo[g:]):
+    labelled, sized = [], []
+    taken = set(found)
+    if gloo is not None and (outside := [x for j, x in enumerate(gloo) if j not in taken]):  # each collective Kineto saw outside FSDP's calls
+        # the job's functional collectives (a TP layer's all-reduces) the collector sized: pieces of the ops they blocked,
+        # which link what-ifs re-price as a DDP job's (``run_comm.in_op_sizes``)
+        spans = [(x[4], x[1], x[3]) for x in outside]
+        sized = in_op_sizes(spans, records, lo, hi)
+        nbytes = own_call_bytes(spans, records, lo, hi)
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
-        warnings.append(_outside_text([x[1] for x in outside], records, steps, info.api))
-        labelled = in_op_groups(kt, hooked, [(x[0], (x[3] - x[1]) / 1e3) for x in outside])
+        warnings.append(_outside_text([x[1] for x in outside], records, steps, info.api, len(sized)))
+        labelled = in_op_groups(kt, hooked, [(x[0], (x[3] - x[1]) / 1e3, b) for x, b in zip(outside, nbytes)])
     _say_job_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
@@ -90,15 +92,55 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
                 host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
     source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer,
-                 in_op_groups=labelled)
+                 in_op=sized, in_op_groups=labelled)
 
 
-def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str = FSDP2_API) -> str:
+def _call_transfers(info: FsdpInfo, calls: list[tuple[int, int, int]], gloo: list[tuple]) -> list[int | None]:
+    """The index into ``gloo`` (Kineto's collectives, by start) of each call's transfer (None: none found): the first not
+    taken that started within the call. A process group runs its collectives on gloo threads of its own, which share them
+    about evenly, so those of the call's group are the lanes where that group's calls found their transfer that way at
+    more than a quarter as often as on its most found one (and more often than another group's calls); a second pass keeps to
+    them, a call it leaves without one keeping the first pass's where no other call took it (a job's rare call in another
+    process group of the same ranks, whose lane few calls found). Without it, a DP x TP job's tensor-parallel all-reduce,
+    issued asynchronously before an FSDP call and started on its group's thread within it, was taken as the call's
+    (``bench/tp_fresh/llama_fsdp_tp.py``: on 2 of its 4 ranks), and its group's lanes labelled data parallel."""
+    first = _first_within(calls, gloo, lambda k, lane: True)
+    votes = Counter((info.collectives[k].group, gloo[j][0]) for (k, _, _), j in zip(calls, first) if j is not None)
+    most: Counter = Counter()
+    for (group, _), n in votes.items():
+        most[group] = max(most[group], n)
+    lanes: dict[str, set[str]] = {}
+    for (group, lane), n in votes.items():
+        if 4 * n > most[group] and all(n > m for (other, at), m in votes.items() if at == lane and other != group):
+            lanes.setdefault(group, set()).add(lane)
+    second = _first_within(calls, gloo, lambda k, lane: lane in lanes.get(info.collectives[k].group, ()))
+    taken = set(second)
+    return [j if j is not None or i in taken else i for j, i in zip(second, first)]
+
+
+def _first_within(calls: list[tuple[int, int, int]], gloo: list[tuple], fits) -> list[int | None]:
+    """For each call in order, the first of ``gloo`` not yet taken that started within it on a lane ``fits(call, lane)``."""
+    starts = [x[1] for x in gloo]
+    taken: set[int] = set()
+    out: list[int | None] = []
+    for k, b0, b1 in calls:
+        j = bisect.bisect_left(starts, b0)
+        while j < len(gloo) and starts[j] <= b1 and (j in taken or not fits(k, gloo[j][0])):
+            j += 1
+        hit = j if j < len(gloo) and starts[j] <= b1 else None
+        out.append(hit)
+        taken.add(hit)
+    return out
+
+
+def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str = FSDP2_API, sized: int = 0) -> str:
     """The warning for the collectives a rank ran outside FSDP's calls (``starts``: each one's start, ns), told apart by
     where they ran: within a step's forward and backward passes (from its first layer's forward to its last layer's
     backward) they are the model's own (a DP x TP job's tensor-parallel all-reduces: bench/tp_fresh/t5_dp_tp.py ran about
     30 a step, once all told as clipping and saves), before or after them the job's (clipping, saves, logging). FSDP1 has no
-    DTensor: its own ``clip_grad_norm_`` all-reduces the norm (``bench/fsdp_fresh/fsdp1_sgo_frozen.py``, once a step)."""
+    DTensor: its own ``clip_grad_norm_`` all-reduces the norm (``bench/fsdp_fresh/fsdp1_sgo_frozen.py``, once a step).
+    ``sized``: those of them whose bytes the collector recorded (DTensor's functional collectives), pieces of the ops they
+    blocked that link what-ifs re-price (``run_comm.in_op_sizes``)."""
     clip = "FSDP1's clip_grad_norm_ (its all-reduce of the norm)" if api == FSDP1_API else "clip_grad_norm_'s on DTensor gradients"
     code, t = records[:, Col.CODE], records[:, Col.T_NS]
     layer_t = t[(code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)]
@@ -109,8 +151,12 @@ def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str 
     parts += [f"{len(starts) - inside} before or after them (the job's own: {clip}, a dist.all_reduce "
               "of ignored parameters' gradients or of a loss through the functional collectives; DTensor.full_tensor's and blocking "
               "torch.distributed calls such as DCP's are recorded)"] * (len(starts) > inside)
+    # no count: how many blocked their op (were not over before their wait) differs from rank to rank
+    priced = ("; link what-ifs re-price those whose bytes were recorded (DTensor's functional collectives) where they blocked "
+              "their op, their price on the profiled link replaced by the new one") if sized else ""
     return (f"{len(starts)} collective(s) a rank ran in the profiled steps outside FSDP's calls ({'; '.join(parts)}) are kept as "
-            "measured host time, their waits for peers included: not priced by the link nor held to their peers in replay and what-ifs")
+            "measured host time, their waits for peers included: " + ("not held to their peers in replay and what-ifs" + priced
+                                                                       if sized else "not priced by the link nor held to their peers in replay and what-ifs"))
 
 
 def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:
@@ -143,9 +189,9 @@ def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
     return f"{c.kind} {info.units[c.unit].name}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
 
 
-def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int,
-                      warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp], OptimizerOps | None, RankTrace]:
-    """(lane, start ns, its exchange's start ns (``run_comm.exchange_starts``), end ns) of every collective Kineto saw in
+def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int, warnings: list
+                      ) -> tuple[list[tuple[str, int, int, int, CommKind]], list[_DeviceOp], OptimizerOps | None, RankTrace]:
+    """(lane, start ns, its exchange's start ns (``run_comm.exchange_starts``), end ns, kind) of every collective Kineto saw in
     [lo, hi], by start, the GPU's kernels and copies launched in it, its optimizer steps' ops (``optimizer_ops``) and the trace;
     what the trace's reader noticed (events dropped and counted) joins ``warnings``. The start matches the op to the
     FSDP call it served; its transfer starts at the other."""
@@ -157,7 +203,9 @@ def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int,
     at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
     idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
     begin = exchange_starts(ev, idx)
-    out = [(kt.lanes[ev.lane[i]].name, at(ev.start[i]), at(begin[i]), at(ev.start[i]) + int(round(ev.dur[i] * 1e3))) for i in idx]
+    colls = kt.meta.collectives.by_event() if kt.meta.collectives is not None else {}
+    out = [(kt.lanes[ev.lane[i]].name, at(ev.start[i]), at(begin[i]), at(ev.start[i]) + int(round(ev.dur[i] * 1e3)),
+            colls.get(i, CommKind.UNKNOWN)) for i in idx]
     return (sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at), optimizer_ops(ev, _within(kt.base_ns + np.round(ev.start * 1e3), lo, hi)),
             kt)
 

@@ -297,6 +297,8 @@ class UnseenCollective(msgspec.Struct, frozen=True):
 
     count: int = 0
     us: float = 0.0  # Kineto's spans, summed
+    nbytes: int = 0  # the bytes the collector recorded for their calls (``CommKind.event_bytes``), summed
+    sized: int = 0  # how many of them it recorded (the others: no bytes known)
 
 
 class InOpGroup(msgspec.Struct, frozen=True):
@@ -308,6 +310,8 @@ class InOpGroup(msgspec.Struct, frozen=True):
     dim: str  # ``Dim.text``
     count: int = 0
     us: float = 0.0  # Kineto's spans, summed
+    nbytes: int = 0  # the bytes the collector recorded for their calls (``CommKind.event_bytes``), summed
+    sized: int = 0  # how many of them it recorded (the others: no bytes known)
 
 
 class HookWire(msgspec.Struct, frozen=True, kw_only=True):

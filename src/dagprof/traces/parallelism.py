@@ -128,8 +128,9 @@ def desc_dim(desc: str) -> Dim:
     return Dim.UNKNOWN
 
 
-def in_op_groups(trace: RankTrace, hooked: dict[str, tuple[int, ...]], unhooked: list[tuple[str, float]]) -> list[InOpGroup]:
-    """A dagprof run's collectives that Kineto shows but no hook saw (``unhooked``: each one's lane and transfer us; the
+def in_op_groups(trace: RankTrace, hooked: dict[str, tuple[int, ...]], unhooked: list[tuple[str, float, int]]) -> list[InOpGroup]:
+    """A dagprof run's collectives that Kineto shows but no hook saw (``unhooked``: each one's lane, transfer us and the
+    bytes the collector recorded for its call, 0 where none (``run_comm.own_call_bytes``); the
     model's own, inside its ops, or the job's host time), by process group and mesh dimension, labelled as a stock trace's
     are (``desc_dim`` of the group's description, DeviceMesh's ``mesh_tp``): a ProcessGroupGloo (an NCCL communicator)
     runs its collectives on lanes of its own (``_by_worker_lane``), so one on a lane where the hooks' collectives ran
@@ -140,8 +141,8 @@ def in_op_groups(trace: RankTrace, hooked: dict[str, tuple[int, ...]], unhooked:
     desc = trace.meta.group_desc
     dp = set(hooked.values())
     told = [n for n, r in own.items() if desc_dim(desc.get(n, "")) is not Dim.UNKNOWN and r not in dp]
-    found: dict[tuple[str, str], list[float]] = {}
-    for lane, us in unhooked:
+    found: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    for lane, us, nbytes in unhooked:
         ranks = hooked.get(lane)
         if ranks is not None:
             name = next((n for n, r in own.items() if r == ranks and desc_dim(desc.get(n, "")) is not Dim.UNKNOWN), "")
@@ -153,8 +154,9 @@ def in_op_groups(trace: RankTrace, hooked: dict[str, tuple[int, ...]], unhooked:
             dim = Dim.DP if ranks in dp else Dim.UNKNOWN
         else:
             ranks, dim = (), Dim.UNKNOWN
-        found.setdefault((",".join(map(str, ranks)), dim.text), []).append(us)
-    return [InOpGroup(g, d, len(u), float(sum(u))) for (g, d), u in sorted(found.items())]
+        found.setdefault((",".join(map(str, ranks)), dim.text), []).append((us, nbytes))
+    return [InOpGroup(g, d, len(u), float(sum(x for x, _ in u)), sum(b for _, b in u), sum(b > 0 for _, b in u))
+            for (g, d), u in sorted(found.items())]
 
 
 @dataclass(frozen=True)
@@ -549,12 +551,14 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     in_ops, kinds, sized = _in_ops(run)
     summed: dict[tuple[str, str], list] = {}
     for x in (x for t in run.ranks for x in t.meta.in_op_groups):
-        summed.setdefault((x.group, x.dim), [0, 0.0])
-        summed[(x.group, x.dim)][0] += x.count
-        summed[(x.group, x.dim)][1] += x.us
+        row = summed.setdefault((x.group, x.dim), [0, 0.0, 0, 0])
+        row[0] += x.count
+        row[1] += x.us
+        row[2] += x.nbytes
+        row[3] += x.sized
     par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
                       (in_loop[0], in_loop[1]), in_ops, kinds, sized, ddp_used_map=any(t.meta.find_unused for t in run.ranks),
-                      ungrouped=ungrouped, in_op_groups=tuple(InOpGroup(g, d, n, us) for (g, d), (n, us) in sorted(summed.items())))
+                      ungrouped=ungrouped, in_op_groups=tuple(InOpGroup(g, d, *row) for (g, d), row in sorted(summed.items())))
     if in_ops[0]:
         notes.append(par.in_ops_text())
     return par, per_event

@@ -213,10 +213,12 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         kind = colls.get(i, CommKind.UNKNOWN)
         u = unseen.get(kind, UnseenCollective())
         unseen[kind] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
-    sized = in_op_sizes([(colls.get(i, CommKind.UNKNOWN), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside],
-                        records, lo, hi, [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host])
+    spans = [(colls.get(i, CommKind.UNKNOWN), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside]
+    outside = [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host]
+    sized = in_op_sizes(spans, records, lo, hi, outside)
     hooked = {kt.lanes[ev.lane[i]].name: dp_ranks for i in used}
-    labelled = in_op_groups(kt, hooked, [(kt.lanes[ev.lane[i]].name, float(ev.dur[i])) for i in inside
+    labelled = in_op_groups(kt, hooked, [(kt.lanes[ev.lane[i]].name, float(ev.dur[i]), b) for i, b in
+                                         zip(inside, own_call_bytes(spans, records, lo, hi, outside))
                                          if colls.get(i, CommKind.UNKNOWN) not in P2P and colls.get(i) != CommKind.ALL_TO_ALL])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
                  device_ops(kt, lo, hi, at), unseen, in_op=sized, in_op_groups=labelled)
@@ -296,19 +298,39 @@ def in_op_sizes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo
     inside its op as measured, and counted so. A blocking call blocked its thread from its transfer's start; an
     asynchronous one from its first wait (``Rec.OWN_WAIT``) on, so its piece starts there, and one whose transfer ended
     before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise."""
-    own = _own_calls(records, lo, hi)
     waits = {(int(r[Col.A]), int(r[Col.X])): int(r[Col.T_NS]) for r in records[records[:, Col.CODE] == Rec.OWN_WAIT]}
+    out = []
+    for i, c in own_pairs(inside, records, lo, hi, outside):
+        kind, t0, t1 = inside[i]
+        blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waits.get((OWN_KINDS.index(kind), int(c[Col.T_NS])), t1))
+        if blocked < t1:
+            out.append(_InOp(kind, blocked, t1, kind.event_bytes(int(c[Col.X]), int(c[Col.B])), int(c[Col.B])))
+    return sorted(out, key=lambda x: x.start)
+
+
+def own_pairs(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,
+              outside: list[tuple[CommKind, int]] = ()) -> list[tuple[int, np.ndarray]]:
+    """(index into ``inside``, the record the collector wrote for its call) of each collective Kineto shows inside the
+    model's ops that pairs with a recorded call (``in_op_sizes``: by kind in issue order, a kind all or none)."""
+    own = _own_calls(records, lo, hi)
     out = []
     for k, kind in enumerate(OWN_KINDS):
         calls = _claim_outside(own[own[:, Col.A] == k], sorted(t for name, t in outside if name == kind))[0]
-        seen = [(t0, t1) for name, t0, t1 in inside if name == kind]
-        if not len(calls) or len(calls) != len(seen) or any(int(c[Col.T_NS]) > t1 for c, (_, t1) in zip(calls, seen)):
+        seen = [i for i, (name, _, _) in enumerate(inside) if name == kind]
+        if not len(calls) or len(calls) != len(seen) or any(int(c[Col.T_NS]) > inside[i][2] for c, i in zip(calls, seen)):
             continue
-        for c, (t0, t1) in zip(calls, seen):
-            blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waits.get((k, int(c[Col.T_NS])), t1))
-            if blocked < t1:
-                out.append(_InOp(kind, blocked, t1, kind.event_bytes(int(c[Col.X]), int(c[Col.B])), int(c[Col.B])))
-    return sorted(out, key=lambda x: x.start)
+        out += list(zip(seen, calls))
+    return out
+
+
+def own_call_bytes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,
+              outside: list[tuple[CommKind, int]] = ()) -> list[int]:
+    """The bytes (``CommKind.event_bytes``) of each of ``inside`` whose call the collector recorded (``own_pairs``), 0 for
+    the others: for the breakdown by dimension (``in_op_groups``), also where the transfer ended before its wait began."""
+    out = [0] * len(inside)
+    for i, c in own_pairs(inside, records, lo, hi, outside):
+        out[i] = inside[i][0].event_bytes(int(c[Col.X]), int(c[Col.B]))
+    return out
 
 
 def exchange_starts(ev, idx: list[int]) -> dict[int, float]:

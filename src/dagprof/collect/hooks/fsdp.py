@@ -26,6 +26,7 @@ from typing import Any
 
 from ...traces.comm_kind import CommKind
 from ...traces.run_schema import FSDP_ROOT, FULL_TENSOR, JOB_CALL, FsdpCollective, FsdpInfo, FsdpUnit, Rec
+from .own_collectives import patch_functional
 
 # The c10d functions FSDP's all-gathers and reduce-scatters go through: torch 2.13 calls ``*_single``, earlier torch the
 # ``*_into_tensor`` / ``*_tensor`` names (2.13 keeps them, deprecated, calling the new ones inside c10d, where a patch of
@@ -78,6 +79,7 @@ class FsdpRecorder:
         self._grad_bytes = 0  # gradient shards as the optimizer step starts (the most in the window)
         self._opt_hook: Any = None
         self._group_ranks: dict[int, tuple[Any, str]] = {}  # id(process group) -> (the group, its ranks joined): fixed per group
+        self._timing = 0  # inside a collective this recorder times (``_timed``): its functional collectives are that one's
 
     # ------------------------------------------------------------ units
     def _unit(self, group: Any) -> int:
@@ -148,6 +150,11 @@ class FsdpRecorder:
                 patch(owner, name, lambda fn, name=name, arg=arg: self._job_call(fn, name, arg))
         patch(dist, "all_reduce", lambda fn: self._collective(self._job_call(fn, "all_reduce", "tensor"), "all_reduce", _tensor_arg("tensor", 0)))
         patch(DTensor, "full_tensor", self._full_tensor)
+        # the job's functional collectives (DTensor's: a TP layer's all-reduces) outside FSDP's calls, sized for Kineto's
+        # transfers as on a DDP job (``own_collectives``); FSDP's own and those inside a call recorded here are not
+        pending: dict = {}
+        self.c._restore.append(pending.clear)
+        patch_functional(self.c, pending, self._recorded)
         if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
 
@@ -313,11 +320,17 @@ class FsdpRecorder:
         """``fn(*args, **kwargs)`` between the records of collective ``index``."""
         paused = self.c.saved.pause()  # a collective keeps the thread-local hooks: none of ours must outlive the job
         self.c._mark(Rec.FSDP_COLL_BEGIN, index, self.collectives[index].unit)
+        self._timing += 1
         try:
             return fn(*args, **kwargs)
         finally:
+            self._timing -= 1
             self.c._mark(Rec.FSDP_COLL_END, index, self.collectives[index].unit)
             self.c.saved.resume(paused)
+
+    def _recorded(self) -> bool:
+        """Whether a collective called now is this recorder's: inside an FSDP unit's method or a call it times."""
+        return bool(self._context) or self._timing > 0
 
     def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any, context: tuple[int, str, int]) -> int:
         unit, phase, by = context

@@ -20,7 +20,8 @@ broadcasts of its buffers (``broadcast_buffers=True``), run by c10d outside thes
 transfer by ``_buffer_broadcasts``. The reader matches the records to Kineto's transfers by kind in issue order
 (``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched attributes
 (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call of the model is counted once
-(FSDP's recorder patches the same names for its own collectives; this one stays off there).
+(FSDP's recorder patches the same ``torch.distributed`` names for its own collectives, so this one stays off there; but it
+patches the functional collectives as here, ``patch_functional``, for the job's DTensor calls outside FSDP's own).
 """
 from __future__ import annotations
 
@@ -79,11 +80,19 @@ def patch_own_collectives(collector: Any) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     _patch(collector, DistributedDataParallel, "_distributed_broadcast_coalesced", partial(_buffer_broadcasts, collector))
+    patch_functional(collector, pending)
+
+
+def patch_functional(collector: Any, pending: dict, skip: Any = None) -> None:
+    """Patch the functional collectives DTensor uses and their ``wait_tensor`` for the window, each call not ``skip()``-ed
+    written as ``Rec.OWN_ASYNC`` (its first wait ``Rec.OWN_WAIT``). An FSDP job's recorder calls this too, skipping its own
+    calls (``fsdp.FsdpRecorder._recorded``: FSDP's, and a ``full_tensor`` it records whole), so that a DP x TP job's tensor-parallel
+    all-reduces are sized there as on a DDP job."""
     # a job that uses them (DTensor) has imported them; importing them here would cost every other job 65 ms in its window
     funcol = sys.modules.get("torch.distributed._functional_collectives")
     if funcol is not None:
         for name, (kind, at) in FUNCTIONAL_CALLS.items():
-            _patch(collector, funcol, name, partial(_functional, collector, pending, kind, at))
+            _patch(collector, funcol, name, partial(_functional, collector, pending, kind, at, skip))
         _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
 
 
@@ -124,10 +133,10 @@ def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: 
     return call
 
 
-def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any) -> Any:
+def _functional(collector: Any, pending: dict, kind: CommKind, at: int, skip: Any, fn: Any) -> Any:
     @wraps(fn)
     def call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-        if not collector.recording:
+        if not collector.recording or (skip is not None and skip()):
             return fn(tensor, *args, **kwargs)
         record = None
         try:
