@@ -56,7 +56,11 @@ TASK_ENV_PLANE = "Task Environment"
 METADATA_PLANE = "/host:metadata"
 _RECORD, _START, _STOP = "ThreadpoolListener::Record", "ThreadpoolListener::StartRegion", "ThreadpoolListener::StopRegion"
 _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starting an async kernel (a collective)
+NO_RUN_ID = -1  # XLA's RunId a caller left unset (TF's XlaLaunch passes it for every run)
 _RUN_WAIT = "ThunkExecutor::Execute (wait for completion)"  # XLA's client thread waiting for a program run (``run_id``) to finish
+# TF's ``tf.function(jit_compile=True)``: the executor thread runs the program's thunks inline inside this range, then waits
+# in ``_TF_RUN_WAIT`` for the thunks the Eigen threads run; every run has run id -1 (``_tf_launches``)
+_TF_LAUNCH, _TF_RUN_WAIT = "CpuExecutable::ExecuteAsyncOnStream", "BlockUntilReady"
 # an async kernel's completion callbacks, run inside the collective's range on its thread
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
 _TICK_US = 1.0  # an op that ended this close before another started ended before it (the trace's times are rounded)
@@ -177,7 +181,8 @@ class _Reader:
         self._compiles()
         op_meta = [m for m, d in display.items() if d and names.get(m, "").endswith(":" + d)]
         async_start, done = self.mids(_ASYNC_START), self.mids(*_DONE)
-        self.run_waits = self.mids(_RUN_WAIT)
+        self.run_waits = self.mids(_RUN_WAIT, *((_TF_RUN_WAIT,) if self.framework == "tensorflow" else ()))
+        self.launches = self._tf_launches()
         op_rows, self.issues = [], {}
         for k, ln in enumerate(self.lines):
             is_op = np.isin(ln.metadata_id, op_meta) | (np.isin(ln.metadata_id, self.run_waits) & (k != self.main))
@@ -295,6 +300,31 @@ class _Reader:
                                  "overhead, another thread) and every what-if keeps them as profiled; a program compiled again each step "
                                  "(seen with Keras' compile(jit_compile=True) under MultiWorkerMirroredStrategy) costs every step that")
 
+    def _tf_launches(self) -> np.ndarray:
+        """TF's XLA program launches, ``(start, end)`` by start, us: each ``_TF_LAUNCH`` range on any thread. A thunk or wait
+        of run id -1 starts inside its launch's range (the thunks the Eigen threads run too: the launch waits for them)."""
+        mids = self.mids(_TF_LAUNCH) if self.framework == "tensorflow" else []
+        spans = [np.stack([self.t0[k][r], self.t1[k][r]], 1) for k, ln in enumerate(self.lines)
+                 if len(r := np.flatnonzero(np.isin(ln.metadata_id, mids)))]
+        if not spans:
+            return np.zeros((0, 2))
+        span = np.concatenate(spans)
+        return span[np.argsort(span[:, 0], kind="stable")]
+
+    def _launch_of(self, t: np.ndarray) -> np.ndarray:
+        """A run id for ops of run id -1 starting at ``t``: ``-2 - i`` for the ``i``-th launch whose range alone holds the time,
+        else -1 (no launch, or launches that overlap: which one ran it is not told)."""
+        lo = self.launches
+        if not len(lo):
+            return np.full(len(t), NO_RUN_ID, dtype=np.int64)
+        i = np.searchsorted(lo[:, 0], t, side="right") - 1
+        ii = np.clip(i, 0, None)
+        inside = (i >= 0) & (t <= lo[ii, 1])
+        # the launch before a holder must have ended first (launches that overlap leave their ops unassigned)
+        prev_end = np.where(ii > 0, lo[np.clip(ii - 1, 0, None), 1], -np.inf)
+        alone = inside & (prev_end < lo[ii, 0]) & ((ii + 1 >= len(lo)) | (lo[np.clip(ii + 1, 0, len(lo) - 1), 0] > lo[ii, 1]))
+        return np.where(alone, -2 - ii, NO_RUN_ID).astype(np.int64)
+
     def _step_of(self, t: np.ndarray) -> np.ndarray:
         """The step whose marker range holds each time (-1 outside every step)."""
         k = np.searchsorted(self.step_start, t, side="right") - 1
@@ -359,7 +389,13 @@ class _Reader:
                                  depth=depth, step=step, layer=layer, group=group, seq=seq,
                                  comm_kind=np.array(coll_u, dtype=np.uint8)[inv], role=np.array(role_u)[inv])
         run = self.space.int_stat(p, ln, rows, "run_id")
-        self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
+        # TF's ``tf.function(jit_compile=True)`` runs its XLA program with run id -1 in every step (none given): as one run,
+        # every step's thunks went in the window's first step (``_run_steps``); each launch is a run of its own here
+        unset = np.flatnonzero((run == NO_RUN_ID) | (waiting & (run == MISSING)))  # TF's ``BlockUntilReady`` has no run id
+        if len(unset):
+            run[unset] = self._launch_of(start[unset])
+        known = (run != MISSING) & (run != NO_RUN_ID)
+        self.run_rows.append((run[known], out[known], waiting[known]))
         step_ids = self.space.int_stat(p, ln, rows[comm], "step_id") if len(comm) else np.zeros(0, np.int64)
         for j, prog, sid in zip(comm.tolist(), program[comm].tolist(), step_ids.tolist()):
             if sid != MISSING:
