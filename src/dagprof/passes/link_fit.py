@@ -635,7 +635,7 @@ def split_at_wire(t: Topology, wire_bytes_per_s: float, pipelined: bool = False,
     hid. Kept as latency beside it, hvd_vit_warmup's (2 ms a response, message size explaining 5-8 % of its responses'
     times at 1 Gbit/s, quiet two-host rounds 2026-12-06) put 84-92 ms of collectives a step at 200 Mbit/s where 65-68 were
     measured, the wire's 61; the step +17.5 and +32.6 %, as a floor +5.0 and +26.0 (the rest: that job fused its tensors
-    into 6 responses a step, the profile 11). Either side of the wire by 1-5 %, a fit's latency was kept or hidden, and the
+    into 6 responses a step, the profile 11). A fit a few % either side of the wire had its latency kept or hidden, and the
     model of the profiled run moved up to 2.6 % off it; now 0.0 on all 19 kept rounds this touched (``docs/evidence.md``)."""
     wire = 1e6 / wire_bytes_per_s
     latency = t.inter.beta_us_per_byte > 0 and (t.overhead_us > 0 or t.inter.alpha_us > 0)  # one that shows no time per byte keeps its time
