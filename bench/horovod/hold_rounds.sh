@@ -1,0 +1,20 @@
+#!/bin/sh
+# One exclusive hold of held-out Horovod testbed rounds (bench_frameworks.py --testbed --hosts, 1 Gbit/s profiled ->
+# 200 Mbit/s measured, rounds interleaved as the bench runs them), with what a reader needs to tell a quiet hold: the
+# load and every process at start and end (D.uptime, D.ps) and top each second beside (D.top: others' CPU). Stopped by
+# SIGINT after LIMIT s (default 400), so the bench's namespaces are removed and the hold stays under 7 minutes.
+#     dp-excl sh bench/horovod/hold_rounds.sh /tmp/DIR/h1 hvd_simclr,hvd_vit_warmup 2 [LIMIT]
+set -u
+D=$1; ONLY=$2; ROUNDS=$3; LIMIT=${4:-400}
+cd "$(dirname "$0")/../.."
+mkdir -p "$(dirname "$D")"
+echo "start $(date -u +%T) $(uptime)" > "$D.uptime"
+ps aux --sort=-%cpu > "$D.ps"
+top -b -d 1 -c -w 400 > "$D.top" & T=$!
+timeout -s INT "$LIMIT" env PYTHONPATH="$PWD/src" DAGPROF_HOROVOD_VENV="${DAGPROF_HOROVOD_VENV:-/work/venvs/hvd}" \
+  "${PYTHON:-/work/main/.venv/bin/python}" bench/bench_frameworks.py --testbed --hosts --only "$ONLY" --rate 1e9 \
+  --other-rate 200e6 --rounds "$ROUNDS" --keep "$D" --json > "$D.json" 2> "$D.err"
+echo "rc $?" >> "$D.err"
+kill $T
+ps aux --sort=-%cpu >> "$D.ps"
+echo "end $(date -u +%T) $(uptime)" >> "$D.uptime"
