@@ -279,6 +279,20 @@ def judge(out: str) -> dict:
         return {"refused": str(e)}
 
 
+JUDGED = ("model_pct", "replay_pct", "averaged_pct", "model_ms", "measured_ms", "reference_ms", "refused")  # --judge's line
+
+
+def judge_kept(runs: list[str], say) -> dict[str, dict]:
+    """``judge`` on run folders kept before (``--keep``'s NAME-i, or any profiled run), no job: a change to the model
+    judged on runs it was not developed on; one line a run of the figures in ``JUDGED`` to ``say`` as it goes."""
+    out = {}
+    for run in runs:
+        out[run] = judge(run)
+        print(f"{run}: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out[run].items() if k in JUDGED})}",
+              file=say, flush=True)
+    return out
+
+
 def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float, args, bucket_rate: float | None = None) -> dict:
     """One job on the loopback of namespace ``where`` shaped at ``rate`` (a ``Cluster``: on its namespaces as hosts, each
     worker's port shaped), the rate read back before and after it: a job whose link was not ``rate`` throughout is refused,
@@ -583,11 +597,18 @@ def main(argv: list[str] | None = None) -> int:
                     "machine's cores (before 2026-12-06: the jobs' level moved between jobs, see host_cores)")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
                     "with this dagprof, against their measurements (give its --rounds; the pair: its tb-NAME-pair.json, else --rate, --other-rate)")
+    ap.add_argument("--judge", nargs="+", metavar="RUN", help="run nothing: judge kept run folders again with this dagprof "
+                    "(the model's error on each profiled run, the replay's and the averaged replay's; --json: all of judge's fields)")
     ap.add_argument("--script-args", default="", help="more arguments for each TF/JAX script (one string: \"--steps-per-execution 1\")")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.hosts and args.rate == "auto":
         ap.error("--hosts takes a fixed or given pair: the pilot's rule (shaped_loopback.pick_pair) sizes the one shared loopback")
+    if args.judge:
+        results = judge_kept(args.judge, sys.stderr if args.json else sys.stdout)
+        if args.json:
+            print(json.dumps(results, indent=1))
+        return 0
     if args.testbed:
         names = [n for n in args.only.split(",") if SCRIPTS[n][0] != "mxnet" and (SCRIPTS[n][0] == "horovod" or not args.hosts)]  # MXNet: bench_mxnet_ps.py
         results = repredict(args.repredict, names, args) if args.repredict else testbed(names, args)

@@ -16,6 +16,13 @@ the same one-line refusal.
 
     python bench/compare_outputs.py --before ../old-checkout --readers tests/data
 
+``--notes [RUN ...]`` measures what a user reads instead: every command (replay, analyze, the what-ifs a user asks first,
+optimize, diff, report; ``NOTE_COMMANDS``) in its text form on a handful of vendored recordings (``NOTE_RUNS``), per
+command each tree's exit code and its longest line (a note or legend a user must read in one go), and the ``--json``
+answers of the conversions and the mesh compared as above, their text left out: a change to the notes' wording, checked to move no number.
+
+    python bench/compare_outputs.py --before ../old-checkout --notes
+
 ``--skip-column NAME`` leaves a field or column of that name out of both trees' digests: one a change adds with values
 that are not all empty (``comm_kind``: every collective's kind), whose own test checks it.
 """
@@ -46,6 +53,15 @@ COMMANDS = [c for r in RUNS for c in (["analyze", r], ["whatif", r, *WHATIF])] +
     ["replay", "run_schema/v1"], ["replay", "hybrid-dp-tp"],
     *[["whatif", r, "--template", "--bandwidth", "200Mbit,10Gbit", "--allow-model-error", "--no-trace"] for r in TEMPLATE],
 ]
+NO_TRACE = ["--no-trace", "--allow-model-error"]
+NOTE_RUNS = ["lora-clip/ddp-0", "fsdp-fresh/tiedlm-wake", "fsdp/hsdp", "tf/fit", "tf-jax/mlp", "horovod/fused",
+             "mxnet/user_sparse_mf", "hybrid-dp-tp-dagprof"]
+NOTE_COMMANDS = {"replay": ["replay"], "analyze": ["analyze"], "bandwidth": ["whatif", "--bandwidth", "100Mbit,10Gbit", *NO_TRACE],
+                 "workers": ["whatif", "--workers", "4", "--cores", "2", *NO_TRACE],
+                 "to-fsdp": ["whatif", "--data-parallel", "fsdp", *NO_TRACE], "to-ddp": ["whatif", "--data-parallel", "ddp", *NO_TRACE],
+                 "mesh": ["whatif", "--mesh", "2x2", *NO_TRACE], "speed": ["whatif", "--compute-speed", "2", *NO_TRACE],
+                 "optimize": ["optimize", "--budget", "1"], "diff": ["diff"], "report": ["report"]}
+NOTE_JSON = ("to-fsdp", "to-ddp", "mesh")  # also compared as --json answers
 
 
 def _clean(o):
@@ -127,14 +143,24 @@ def compare_readers(before: pathlib.Path, after: pathlib.Path, folder: pathlib.P
     return 0
 
 
-def answer(tree: pathlib.Path, cmd: list[str], work: pathlib.Path) -> object:
+def _dagprof(tree: pathlib.Path, argv: list[str], work: pathlib.Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "DAGPROF_CACHE_DIR": str(work / f"cache-{tree.name}")}
-    p = subprocess.run([sys.executable, "-m", "dagprof.cli.main", *cmd, "--json"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "dagprof.cli.main", *argv], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+
+
+def answer(tree: pathlib.Path, cmd: list[str], work: pathlib.Path) -> object:
+    p = _dagprof(tree, [*cmd, "--json"], work)
     try:
         return _clean(json.loads(p.stdout))
     except json.JSONDecodeError:
         return {"exit": p.returncode, "stderr": p.stderr.strip().splitlines()[-1:]}
+
+
+def numbers(o):
+    """``o`` without its text: what a change to the wording of notes must leave the same."""
+    if isinstance(o, dict):
+        return {k: numbers(v) for k, v in o.items() if not isinstance(v, str)}
+    return [numbers(v) for v in o if not isinstance(v, str)] if isinstance(o, list) else o
 
 
 def differences(a: object, b: object, at: str = "") -> list[str]:
@@ -145,17 +171,51 @@ def differences(a: object, b: object, at: str = "") -> list[str]:
     return [] if a == b else [f"{at or '.'}: {json.dumps(a)[:80]} -> {json.dumps(b)[:80]}"]
 
 
+def note_argv(name: str, run: str, work: pathlib.Path, tree: pathlib.Path) -> list[str]:
+    """``NOTE_COMMANDS[name]`` on ``run``: ``diff`` of the run against itself, ``report`` into a folder of the tree's own."""
+    head, *rest = NOTE_COMMANDS[name]
+    tail = [run] if name == "diff" else ["-o", str(work / f"report-{tree.name}" / run)] if name == "report" else []
+    return [head, run, *rest, *tail]
+
+
+def compare_notes(before: pathlib.Path, after: pathlib.Path, runs: list[str]) -> int:
+    """Per run and command: exit code and longest text line, before -> after; the ``NOTE_JSON`` answers' numbers compared."""
+    longest = {before: 0, after: 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        for run in runs:
+            shutil.copytree(DATA / run, work / run)  # optimize and report write beside their input
+        for run in runs:
+            for name in NOTE_COMMANDS:
+                got = {}
+                for tree in (before, after):
+                    p = _dagprof(tree, note_argv(name, run, work, tree), work)
+                    got[tree] = (p.returncode, max((len(line) for line in (p.stdout + p.stderr).splitlines()), default=0))
+                    longest[tree] = max(longest[tree], got[tree][1])
+                diff = differences(numbers(answer(before, note_argv(name, run, work, before), work)),
+                                   numbers(answer(after, note_argv(name, run, work, after), work))) if name in NOTE_JSON else []
+                (rb, lb), (ra, la) = got[before], got[after]
+                json_said = "" if name not in NOTE_JSON else "  --json same" if not diff else f"  --json DIFFERS: {'; '.join(diff[:3])}"
+                print(f"exit {rb} -> {ra}  longest {lb:5d} -> {la:5d}  {run} {name}{json_said}", flush=True)
+    print(f"longest line over every command: {longest[before]} -> {longest[after]} characters")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=pathlib.Path, required=True, help="a checkout (its src/ is used)")
     ap.add_argument("--after", type=pathlib.Path, default=pathlib.Path("."), help="a checkout (default: here)")
     ap.add_argument("--readers", type=pathlib.Path, help="compare the readers on every input under this folder instead")
+    ap.add_argument("--notes", nargs="*", metavar="RUN", help="measure each command's exit code and longest text line on "
+                    f"these vendored runs instead (none named: {', '.join(NOTE_RUNS)})")
     ap.add_argument("--skip-column", action="append", default=[], metavar="NAME",
                     help="with --readers: leave this field or column out of both digests (repeatable)")
     args = ap.parse_args()
     for tree in (args.before, args.after):  # a tree without src/dagprof would leave the editable install to answer for it
         if not (tree / "src" / "dagprof" / "__init__.py").is_file():
             ap.error(f"{tree}: not a dagprof checkout (no src/dagprof); pass the folder that holds src/")
+    if args.notes is not None:
+        return compare_notes(args.before.resolve(), args.after.resolve(), args.notes or NOTE_RUNS)
     if args.readers:
         return compare_readers(args.before.resolve(), args.after.resolve(), args.readers.resolve(), args.skip_column)
     same = 0

@@ -105,6 +105,14 @@ def gloo_traces(scenario: str = "same") -> str:
     return folder
 
 
+def gzip_traces(tmp: str, folder: str) -> None:
+    """Each rank's trace ``tmp``/rank-N.*.json, gzipped into ``folder`` as rank-N.pt.trace.json.gz (the fixtures' form)."""
+    for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
+        rank = os.path.basename(path).split(".")[0]
+        with open(path, "rb") as src, gzip.open(os.path.join(folder, f"{rank}.pt.trace.json.gz"), "wb", 9) as dst:
+            dst.write(src.read())
+
+
 def write_fixtures(out: str) -> None:
     """Every scenario, gzipped, into ``out``/<scenario>/ (replacing what was there)."""
     for scenario in SCENARIOS:
@@ -113,10 +121,7 @@ def write_fixtures(out: str) -> None:
         os.makedirs(folder)
         with tempfile.TemporaryDirectory() as tmp:
             record(tmp, scenario)
-            for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
-                rank = os.path.basename(path).split(".")[0]
-                with open(path, "rb") as src, gzip.open(os.path.join(folder, f"{rank}.pt.trace.json.gz"), "wb", 9) as dst:
-                    dst.write(src.read())
+            gzip_traces(tmp, folder)
 
 
 if __name__ == "__main__":

@@ -22,13 +22,14 @@ Or profiled by dagprof (DDP hooks over the DP sub-mesh; the TP collectives stay 
 from __future__ import annotations
 
 import glob
-import gzip
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+
+from gloo_kineto import gzip_traces  # beside this script
 
 WORLD = 4
 WIDTH = 64
@@ -103,10 +104,7 @@ def write_fixtures(out: str, tp_only: bool = False) -> None:
     os.makedirs(out)
     with tempfile.TemporaryDirectory() as tmp:
         record(tmp, tp_only)
-        for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
-            rank = os.path.basename(path).split(".")[0]
-            with open(path, "rb") as src, gzip.open(os.path.join(out, f"{rank}.pt.trace.json.gz"), "wb", 9) as dst:
-                dst.write(src.read())
+        gzip_traces(tmp, out)
 
 
 if __name__ == "__main__":

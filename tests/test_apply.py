@@ -2,17 +2,16 @@
 accumulation, and the one-line refusal of a strategy for another model. Plus the strategy file."""
 import json
 import os
-import pathlib
 import sys
 
 import pytest
+from testdata import DATA
 
 from dagprof.collect.deploy.strategy import Bucket, Compression, Prediction, Strategy, load_strategy, save_strategy
 from dagprof.collect.jobs.netns import run_ranks
 from dagprof.errors import DagprofError
 
 WORKER = os.path.join(os.path.dirname(__file__), "apply_worker.py")
-DATA = pathlib.Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")

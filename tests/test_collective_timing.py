@@ -9,10 +9,9 @@ and a real gloo DDP run are held to the same.
 """
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import pytest
+from testdata import DATA
 
 from dagprof.analysis import analyze
 from dagprof.graph.build import build_graph
@@ -21,7 +20,6 @@ from dagprof.pipeline import open_run
 from dagprof.traces.events import CommKind, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from dagprof.traces.meta import Collectives, RankMeta
 
-DATA = pathlib.Path(__file__).parent / "data"
 MS = 1000.0  # us
 
 

@@ -8,6 +8,7 @@ import json
 import pathlib
 
 import pytest
+from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
@@ -15,7 +16,6 @@ from dagprof.traces import formats
 from dagprof.traces.load import load
 from dagprof.traces.xplane_run import xplane_files
 
-DATA = pathlib.Path(__file__).parent / "data"
 TF_LOOP = DATA / "tf" / "loop"
 JAX = DATA / "tf-jax" / "mlp"
 

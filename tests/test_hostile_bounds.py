@@ -21,6 +21,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
@@ -30,7 +31,6 @@ from dagprof.traces.kineto import read_kineto
 from dagprof.traces.kineto_dir import read_cached, read_trace_dir
 from dagprof.traces.layerwise import read_layer_file
 
-DATA = pathlib.Path(__file__).parent / "data"
 GLOO = DATA / "gloo-windows" / "same"  # two ranks of a real gloo DDP job, Kineto
 TRACE = GLOO / "rank-0.pt.trace.json.gz"
 OTHER_UID = 54321  # a user other than the one running the tests (root)

@@ -7,8 +7,8 @@ import os
 import pathlib
 
 import pytest
+from testdata import DATA
 
-DATA = pathlib.Path(__file__).parent / "data"
 STRATEGY = DATA / "strategy" / "v1.json"  # model a.weight (6), a.bias (2); recomputes blocks.1; PowerSGD, 2 micro-batches
 
 

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import pathlib
@@ -20,14 +19,13 @@ import subprocess
 import sys
 
 import pytest
-from testdata import DATA, load_refused
+from testdata import DATA, copy_fixture, edit_json, load_refused
 
 from dagprof.cli.main import main
 from dagprof.traces import run_schema as rs
 from dagprof.traces.load import load
 
 DLRM = DATA / "kineto-corpus" / "param" / "dlrm_kineto"
-RUN_V1 = DATA / "run_schema" / "v1"
 TESTS = pathlib.Path(__file__).parent
 SRC = TESTS.parent / "src"
 
@@ -79,19 +77,16 @@ def test_kineto_folder_one_of_two(tmp_path):
     assert [t.rank for t in run.ranks] == [0] and run.meta.partial
 
 
-def _dlrm_doc(rank: int) -> tuple[str, dict]:
-    path = next(DLRM.glob(f"worker{rank}_*"))
-    with gzip.open(path) as f:
-        return os.path.basename(path), json.load(f)
+def _dlrm_edited(tmp_path, worker: int, **info) -> tuple[pathlib.Path, str]:
+    """A copy of the 8-rank DLRM traces whose ``worker``'s trace says ``info`` in its distributedInfo; the folder, that file's name."""
+    folder = copy_fixture(tmp_path, "kineto-corpus/param/dlrm_kineto")
+    path = next(folder.glob(f"worker{worker}_*"))
+    edit_json(path, lambda doc: doc["distributedInfo"].update(info))
+    return folder, path.name
 
 
 def test_kineto_traces_that_disagree_on_the_world_size(tmp_path):
-    folder = tmp_path / "dlrm"
-    shutil.copytree(DLRM, folder)
-    name, doc = _dlrm_doc(5)
-    doc["distributedInfo"]["world_size"] = 16
-    with gzip.open(folder / name, "wt") as f:
-        json.dump(doc, f)
+    folder, name = _dlrm_edited(tmp_path, 5, world_size=16)
     load_refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
 
 
@@ -116,48 +111,31 @@ def test_kineto_rank_from_another_run_isload_refused(tmp_path, case):
     if case == "another run":
         shutil.copy(GLOO / "late-start" / "rank-1.pt.trace.json.gz", folder)
     else:
-        with gzip.open(folder / "rank-1.pt.trace.json.gz") as f:
-            doc = json.load(f)
-        for e in doc["traceEvents"]:
-            if isinstance(e.get("ts"), (int, float)):
-                e["ts"] += 3 * 3600e6
-        with gzip.open(folder / "rank-1.pt.trace.json.gz", "wt") as f:
-            json.dump(doc, f)
+        def hours_off(doc):
+            for e in doc["traceEvents"]:
+                if isinstance(e.get("ts"), (int, float)):
+                    e["ts"] += 3 * 3600e6
+
+        edit_json(folder / "rank-1.pt.trace.json.gz", hours_off)
     load_refused(folder, str(folder), "rank-0.pt.trace.json.gz and rank-1.pt.trace.json.gz were recorded",
              "s apart: they are from different runs")
 
 
 def test_kineto_rank_not_below_its_world_size(tmp_path):
     """Rank 5 of world_size 2 made the job 6 ranks, refused as "the traces disagree on the world size (...: 6)"."""
-    folder = tmp_path / "dlrm"
-    shutil.copytree(DLRM, folder)
-    name, doc = _dlrm_doc(5)
-    doc["distributedInfo"]["rank"] = 9
-    with gzip.open(folder / name, "wt") as f:
-        json.dump(doc, f)
+    folder, name = _dlrm_edited(tmp_path, 5, rank=9)
     load_refused(folder, name, "rank 9 (from the distributedInfo) but distributedInfo says world_size 8")
 
 
 # ---------------------------------------------------------------- item 2: a rank twice
 
 def test_two_kineto_files_claim_the_same_rank(tmp_path):
-    folder = tmp_path / "dlrm"
-    shutil.copytree(DLRM, folder)
-    name, doc = _dlrm_doc(6)
-    doc["distributedInfo"]["rank"] = 2  # rank 6's trace now says it is rank 2; rank 6 itself is gone
-    with gzip.open(folder / name, "wt") as f:
-        json.dump(doc, f)
+    folder, _ = _dlrm_edited(tmp_path, 6, rank=2)  # rank 6's trace now says it is rank 2; rank 6 itself is gone
     load_refused(folder, "rank 2 appears twice")
 
 
-def _run_copy(tmp_path, name="run") -> pathlib.Path:
-    run = tmp_path / name
-    shutil.copytree(RUN_V1, run)
-    return run
-
-
 def test_run_folder_whose_rank1_is_a_copy_of_rank0(tmp_path, capsys):
-    run = _run_copy(tmp_path)
+    run = copy_fixture(tmp_path, "run_schema/v1")
     shutil.copy(run / "rank0.json", run / "rank1.json")
     load_refused(run, str(run / "rank1.json"), "holds rank 0, not rank 1", "a copy of rank0.json")
     code, _, err = _cli(capsys, "replay", run, "--allow-missing-ranks")  # no opt-in for a wrong file
@@ -165,7 +143,7 @@ def test_run_folder_whose_rank1_is_a_copy_of_rank0(tmp_path, capsys):
 
 
 def test_run_folder_copy_with_its_rank_edited(tmp_path):
-    run = _run_copy(tmp_path)
+    run = copy_fixture(tmp_path, "run_schema/v1")
     doc = json.loads((run / "rank0.json").read_text())
     doc["rank"] = 1
     (run / "rank1.json").write_text(json.dumps(doc))
@@ -173,15 +151,13 @@ def test_run_folder_copy_with_its_rank_edited(tmp_path):
 
 
 def test_run_folder_rank_file_of_another_world_size(tmp_path):
-    run = _run_copy(tmp_path)
-    doc = json.loads((run / "rank1.json").read_text())
-    doc["world_size"] = 4
-    (run / "rank1.json").write_text(json.dumps(doc))
+    run = copy_fixture(tmp_path, "run_schema/v1")
+    edit_json(run / "rank1.json", lambda doc: doc.update(world_size=4))
     load_refused(run, "rank 1 of a 4-rank job, but manifest.json says 2 ranks")
 
 
 def test_run_folder_missing_a_rank_file(tmp_path, capsys):
-    run = _run_copy(tmp_path)
+    run = copy_fixture(tmp_path, "run_schema/v1")
     os.remove(run / "rank1.json")
     load_refused(run, str(run), "rank 1 of 2: nothing written (no rank1.json, no completed step)", "--allow-missing-ranks")
     code, out, _ = _cli(capsys, "analyze", run, "--allow-missing-ranks", "--json")
@@ -192,8 +168,7 @@ def test_run_folder_missing_a_rank_file(tmp_path, capsys):
 def test_the_rank_left_of_a_partial_run_replays_as_measured(tmp_path, capsys):
     """A collective no peer recorded was timed from its issue: DDP's buckets queued behind each other on the channel counted
     that wait twice, and rank 0 of the testbed run without its rank 1 replayed at 800 ms against 206 measured (+289 %)."""
-    run = tmp_path / "run"
-    shutil.copytree(DATA / "ddp-testbed" / "run", run)
+    run = copy_fixture(tmp_path, "ddp-testbed/run")
     os.remove(run / "rank1.json")
     code, out, _ = _cli(capsys, "replay", run, "--allow-missing-ranks", "--json", "-o", tmp_path / "out")
     r = json.loads(out)
@@ -203,7 +178,7 @@ def test_the_rank_left_of_a_partial_run_replays_as_measured(tmp_path, capsys):
 @pytest.mark.parametrize("target,why", [("rank1.json", "Too many levels of symbolic links"), ("gone.json", "file is missing")])
 def test_run_folder_rank_file_a_broken_link(tmp_path, capsys, target, why):
     """A link loop or a dangling link was "nothing written (no rank1.json ...)" beside a rank1.json in ``ls``."""
-    run = _run_copy(tmp_path)
+    run = copy_fixture(tmp_path, "run_schema/v1")
     os.remove(run / "rank1.json")
     os.symlink(target, run / "rank1.json")
     load_refused(run, str(run / "rank1.json"), why)
@@ -212,7 +187,7 @@ def test_run_folder_rank_file_a_broken_link(tmp_path, capsys, target, why):
 @pytest.mark.parametrize("t_ns", [-5, 2**62])
 def test_run_folder_hook_record_with_a_damaged_time_is_counted(tmp_path, t_ns):
     """A record timed outside every step was left out of the replay with no word."""
-    run = _run_copy(tmp_path)
+    run = copy_fixture(tmp_path, "run_schema/v1")
     doc = json.loads((run / "rank1.json").read_text())
     k = next(i for i, r in enumerate(doc["records"]) if r[0] == rs.Rec.FWD_END)
     doc["records"][k][3] = t_ns
@@ -263,9 +238,10 @@ def test_horovod_run_with_another_runs_or_a_cut_file(tmp_path, damage, needles):
 
 
 def _fsdp_record_index(run):
-    doc = json.loads((run / "rank1.json").read_text())
-    next(r for r in doc["records"] if r[0] == rs.Rec.FSDP_COLL_BEGIN)[1] = 9999
-    (run / "rank1.json").write_text(json.dumps(doc))
+    def damage(doc):
+        next(r for r in doc["records"] if r[0] == rs.Rec.FSDP_COLL_BEGIN)[1] = 9999
+
+    edit_json(run / "rank1.json", damage)
 
 
 @pytest.mark.parametrize("name,damage,needles", [

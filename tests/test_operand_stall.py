@@ -2,10 +2,10 @@
 the operands a step read from the programs' HLO, the host's cores and tick, the note and the interval of a link what-if,
 nothing elsewhere."""
 import json
-import pathlib
 import shutil
 
 import pytest
+from testdata import DATA
 
 from dagprof.analysis.interval import PredictionInterval
 from dagprof.analysis.operand_stall import (
@@ -25,8 +25,6 @@ from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.events import Kind
-
-DATA = pathlib.Path(__file__).parent / "data"
 
 
 @pytest.mark.parametrize(("run", "arrays"), [("tf-jax/mlp", 6), ("tf-jax/pmap", 12)])

@@ -10,11 +10,10 @@ from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split
 from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
-from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
+from dagprof.passes.bucket_plan import BucketSlots, Plan
 from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, powersgd_parts
 from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
-from dagprof.passes.schedule import set_comm_priority
 from dagprof.pipeline import open_run
 from dagprof.replay import IncrementalReplayer, replay
 from dagprof.traces.events import Kind
@@ -55,7 +54,7 @@ def test_compacted_layout_replays_like_its_slot_graph(prof, order):
     for ends in (order.profiled_ends, order.layout_from_caps(1e18), order.layout_from_caps(2**12)):
         plan = Plan(ends)
         full = slots.realize(plan)
-        small = set_bucket_layout(prof.graph, order, ends)
+        small = slots.compact(full, plan)
         assert len(small) < len(full)
         assert job_iteration_us(small) == pytest.approx(job_iteration_us(full), rel=1e-9)
         comm = (small.kind == Kind.COMM) & (small.bucket >= 0)
@@ -247,17 +246,6 @@ def test_accumulation_refuses_collectives_it_would_drop():
     g = open_run(str(DATA / "hybrid-dp-tp")).graph
     with pytest.raises(DagprofError, match=r"not modelled: gradient accumulation on a hybrid job whose \d+ tensor"):
         accumulate_gradients(g, 2)
-
-
-def test_comm_priority_reorders_the_channel_only(prof):
-    g = prof.graph
-    lifo = set_comm_priority(g, "lifo")
-    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0)
-    assert not np.array_equal(lifo.order[comm], g.order[comm])
-    assert np.array_equal(lifo.order[~comm], g.order[~comm])
-    assert set_comm_priority(g, "fifo").order.tolist() == g.order.tolist()
-    with pytest.raises(DagprofError):
-        set_comm_priority(g, [0])
 
 
 def test_overlap_fraction_and_slowdown(prof):

@@ -42,11 +42,17 @@ def _cli(python: str, args: list[str], cache: Path, ray: str | None) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.mark.ray
-def test_ray_parse_matches_local(tmp_path):
+@pytest.fixture
+def python() -> str:
+    """The opt-in tests' Python with ray (``DAGPROF_RAY_PYTHON``); skipped without one."""
     python = os.environ.get("DAGPROF_RAY_PYTHON")
     if not python:
         pytest.skip("set DAGPROF_RAY_PYTHON to a Python with ray (pip install 'dagprof[ray]') to check --ray")
+    return python
+
+
+@pytest.mark.ray
+def test_ray_parse_matches_local(tmp_path, python):
     for cmd in (["analyze", str(DLRM)], ["replay", str(DLRM), "-o", str(tmp_path / "out")]):
         local = _cli(python, cmd, tmp_path / f"cache-local-{cmd[0]}", None)
         on_ray = _cli(python, cmd, tmp_path / f"cache-ray-{cmd[0]}", "local")  # "local": a fresh single-node Ray for this process
@@ -73,21 +79,15 @@ print("ok", len(files))
 
 
 @pytest.mark.ray
-def test_parse_on_ray_gives_the_readers_tables(tmp_path):
+def test_parse_on_ray_gives_the_readers_tables(tmp_path, python):
     """Each rank's table from a Ray task equals the reader's own, as ordinary (writable) arrays out of the object store."""
-    python = os.environ.get("DAGPROF_RAY_PYTHON")
-    if not python:
-        pytest.skip("set DAGPROF_RAY_PYTHON to a Python with ray (pip install 'dagprof[ray]') to check --ray")
     env = dict(os.environ, PYTHONPATH=SRC, DAGPROF_CACHE_DIR=str(tmp_path))
     done = subprocess.run([python, "-c", _DIRECT, str(DLRM)], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.startswith("ok 8"), done.stderr[-2000:]
 
 
 @pytest.mark.ray
-def test_nobody_at_the_address_is_one_line(tmp_path):
-    python = os.environ.get("DAGPROF_RAY_PYTHON")
-    if not python:
-        pytest.skip("set DAGPROF_RAY_PYTHON to a Python with ray (pip install 'dagprof[ray]') to check --ray")
+def test_nobody_at_the_address_is_one_line(tmp_path, python):
     env = dict(os.environ, PYTHONPATH=SRC, DAGPROF_CACHE_DIR=str(tmp_path))
     done = subprocess.run([python, "-m", "dagprof.cli.main", "analyze", str(DLRM), "--ray", "127.0.0.1:1"], env=env, capture_output=True, text=True,
                           timeout=120)

@@ -1,10 +1,8 @@
 """A TensorFlow job's collectives sized from their own tensors, and a stalled collective kept in its own step."""
-import json
-import pathlib
-import shutil
 
 import numpy as np
 import pytest
+from testdata import DATA, copy_fixture, edit_json
 
 from dagprof.analysis.interval import step_times
 from dagprof.passes.comm import current_topology, set_link, set_topology
@@ -13,8 +11,6 @@ from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
-
-DATA = pathlib.Path(__file__).parent / "data"
 
 
 def test_every_collective_of_a_keras_fit_step_is_sized_from_its_own_tensor():
@@ -93,12 +89,9 @@ def test_a_sparse_gradient_of_a_dynamic_row_count_is_sized_in_each_step_from_the
     notes = " ".join(map(str, run.meta.warnings))
     assert "have no size" not in notes and "int32" not in notes
 
-    older = tmp_path / "older"  # the same run as the collector wrote it before it read the bytes per row
-    shutil.copytree(DATA / "tf" / "bilstm-rows", older)
+    older = copy_fixture(tmp_path, "tf/bilstm-rows")  # the same run as the collector wrote it before it read the bytes per row
     for r in (0, 1):
-        info = json.loads((older / f"rank{r}.json").read_text())
-        del info["collective_row_bytes"]
-        (older / f"rank{r}.json").write_text(json.dumps(info))
+        edit_json(older / f"rank{r}.json", lambda info: info.pop("collective_row_bytes"))
     run = load(str(older))
     assert all(step["cond/then/_0/cond/CollectiveGatherV2_1"] == 1280 * 4 for step in _sparse_gathers(run))
     assert "sized as one int32 per row" in " ".join(map(str, run.meta.warnings))
@@ -119,12 +112,9 @@ def test_a_sparse_gradient_under_the_memory_tracers_floor_is_sized_from_its_look
         assert step == {"cond/then/_0/cond/CollectiveGatherV2": 160 * 64 * 4, "cond/then/_0/cond/CollectiveGatherV2_1": 160 * 8}
     assert "have no size" not in " ".join(map(str, run.meta.warnings))
 
-    older = tmp_path / "older"  # without the lookups, as the collector wrote it before: unsized, and said
-    shutil.copytree(DATA / "tf" / "bilstm-ids", older)
+    older = copy_fixture(tmp_path, "tf/bilstm-ids")  # without the lookups, as the collector wrote it before: unsized, and said
     for r in (0, 1):
-        info = json.loads((older / f"rank{r}.json").read_text())
-        del info["collective_lookups"]
-        (older / f"rank{r}.json").write_text(json.dumps(info))
+        edit_json(older / f"rank{r}.json", lambda info: info.pop("collective_lookups"))
     run = load(str(older))
     assert all(not any(step.values()) for step in _sparse_gathers(run))
     assert any(str(w).startswith("4 of 4 all-gathers of a sparse gradient") for w in run.meta.warnings)

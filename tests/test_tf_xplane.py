@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from testdata import DATA
 
 from dagprof.align.matching import match_collectives
 from dagprof.cli.main import main
@@ -27,7 +28,6 @@ from dagprof.traces.tf_xplane import rank_from_path, read_xplane
 from dagprof.traces.tf_xplane_names import classify, layer_names
 from dagprof.traces.xplane_run import xplane_files
 
-DATA = pathlib.Path(__file__).parent / "data"
 RUNS = {"tf-loop": DATA / "tf" / "loop", "tf-fit": DATA / "tf" / "fit", "jax": DATA / "tf-jax" / "mlp"}
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import read_input
-from .alphabeta import AlphaBeta, fit_alpha_beta, ring_allreduce_us
+from .alphabeta import AlphaBeta, fit_alpha_beta
 
 _GPUS = re.compile(r"GPU(\d+)", re.IGNORECASE)
 
@@ -29,11 +29,6 @@ class LutFit:
     link: AlphaBeta
     nbytes: np.ndarray
     time_us: np.ndarray  # measured (in-place)
-
-    @property
-    def max_error_pct(self) -> float:
-        pred = ring_allreduce_us(self.nbytes, self.gpus, self.link)
-        return float(np.max(np.abs(pred - self.time_us) / self.time_us) * 100)
 
 
 def read_lut(path: str | os.PathLike[str]) -> tuple[int, np.ndarray, np.ndarray]:

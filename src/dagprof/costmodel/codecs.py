@@ -16,7 +16,7 @@ import json
 import math
 import os
 from dataclasses import asdict, astuple, dataclass, field
-from typing import Literal, get_args
+from typing import Literal
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
@@ -24,7 +24,6 @@ from ..fsutil import atomic_open, read_input
 FORMAT = "dagprof-codec-costs"
 MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress a matrix only when that saves 2x
 CodecName = Literal["none", "fp16", "bf16", "powersgd"]  # as the strategy file stores it (``compression.codec``)
-CODECS: tuple[str, ...] = get_args(CodecName)
 
 
 @dataclass(frozen=True)

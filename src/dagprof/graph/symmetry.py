@@ -53,11 +53,6 @@ class FoldInfo:
     world_size: int = 0  # the original group size, still in the folded graph's meta
 
     @property
-    def representative(self) -> dict[int, int]:
-        """Original rank -> the rank that was simulated for it."""
-        return {m: rep for rep, ms in self.classes.items() for m in ms}
-
-    @property
     def folded(self) -> bool:
         return any(len(ms) > 1 for ms in self.classes.values())
 

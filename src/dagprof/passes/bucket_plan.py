@@ -10,7 +10,7 @@ all-reduce priced by the run's link model (``passes.compression``); every other 
 nothing and changes nothing. So every candidate is the same graph with other durations, which
 ``replay.IncrementalReplayer`` re-simulates from the first slot that changed.
 
-``set_bucket_layout`` is the plain graph -> graph pass: realise one plan and drop the unused slots.
+``BucketSlots.compact`` drops a realised plan's unused slots (the graph a chosen strategy is reported on).
 """
 from __future__ import annotations
 
@@ -142,12 +142,3 @@ class BucketSlots:
         b, _ = GraphBuilder.from_graph(g.replace(bucket=bucket), ~drop)
         chain_lanes(b)  # the lanes ran through the dropped enqueues
         return b.build()
-
-
-def set_bucket_layout(g: Graph, order: GradientOrder, ends: tuple[int, ...], codec: Codec = Codec(), parts: int = 1,
-                      costs: CodecCosts | None = None) -> Graph:
-    """Re-bucket ``g``'s gradients: bucket k holds the parameters after ``ends[k-1]`` up to ``ends[k]``
-    (ready order), compressed with ``codec`` and all-reduced in ``parts`` pieces."""
-    slots = BucketSlots(g, order, costs)
-    plan = Plan(tuple(int(e) for e in ends), codec, parts)
-    return slots.compact(slots.realize(plan), plan)

@@ -100,16 +100,6 @@ class Dep(enum.IntEnum):
     BACKWARD_START = 10  # the autograd thread's first op v of a step after the main thread's op u (forward/loss)
     BACKWARD_END = 11  # the main thread's op v after the autograd thread's last op u of the step (backward() returned)
 
-    @property
-    def from_start(self) -> bool:
-        """True when the source instant is u's start, not its end."""
-        return self is Dep.LAUNCH
-
-    @property
-    def wait_until_source(self) -> bool:
-        """True when v waits only until u ends, then works (the wait is the front part of v)."""
-        return self is Dep.STAGE
-
 
 class LaneKind(enum.IntEnum):
     CPU_THREAD = 0
@@ -222,17 +212,6 @@ class EventTable:
 
     def name_of(self, i: int) -> str:
         return self.names[int(self.name[i])]
-
-    def concat(self, other: "EventTable") -> "EventTable":
-        """Append ``other`` (re-interning its names into ours)."""
-        index = {s: i for i, s in enumerate(self.names)}
-        names = list(self.names)
-        remap = np.empty(len(other.names), dtype=np.int32)
-        for j, s in enumerate(other.names):
-            remap[j] = intern(index, names, s)
-        cols = {c: np.concatenate([getattr(self, c), getattr(other, c)]) for c in _COLUMNS}
-        cols["name"] = np.concatenate([self.name, remap[other.name]]).astype(np.int32)
-        return EventTable(names=names, **cols)
 
 
 

@@ -144,10 +144,6 @@ class Strategy(msgspec.Struct, frozen=True):
     def lossy(self) -> bool:
         return self.compression.lossy or (self.fsdp is not None and self.fsdp.lossy)
 
-    def is_default(self) -> bool:
-        return (self.buckets is None and not self.compression.lossy and self.partition == 1 and self.accumulate == 1
-                and not self.recompute and not self.grad_as_bucket_view and self.fsdp is None)
-
     def summary(self) -> str:
         """One plain line: "buckets at layers a|b|c, fp16 hook: predicted 630 -> 470 ms (-25 %)"."""
         parts = []

@@ -37,6 +37,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ...fsutil import atomic_open
@@ -134,20 +135,8 @@ class HorovodCollector(Collector):
                 self.warnings.append(f"{type(opt).__name__} is not a horovod.torch.DistributedOptimizer: no Horovod requests recorded")
                 return
             self._optimizers.append(opt)
-            request, sync, names = opt._allreduce_grad_async, opt.synchronize, opt._parameter_names
+            sync, names = opt.synchronize, opt._parameter_names
             collector = self
-
-            def _allreduce_grad_async(p: Any) -> Any:
-                if not collector.recording:
-                    return request(p)
-                t0 = time.time_ns()
-                out = request(p)
-                try:
-                    t1 = time.time_ns()
-                    collector.enqueues += [(collector.step, tensor, t0, t1, nbytes) for tensor, nbytes in _requests_sent(opt, names.get(p), p.grad)]
-                except Exception as err:  # noqa: BLE001
-                    collector._fail(err, "Horovod request hook")
-                return out
 
             def synchronize(*args: Any, **kwargs: Any) -> Any:
                 collector._mark(Rec.WAIT_BEGIN)
@@ -156,32 +145,37 @@ class HorovodCollector(Collector):
                 finally:
                     collector._mark(Rec.WAIT_END)
 
-            opt._allreduce_grad_async = _allreduce_grad_async
+            opt._allreduce_grad_async = self._timed_requests(opt._allreduce_grad_async, "Horovod request hook",
+                                                             lambda p: _requests_sent(opt, names.get(p), p.grad))
             opt.synchronize = synchronize
             if getattr(opt, "_groups", None) is not None and hasattr(opt, "_grouped_allreduce_grad_async"):
-                opt._grouped_allreduce_grad_async = self._record_groups(opt._grouped_allreduce_grad_async, names)
+                # DistributedOptimizer(groups=...) sends each group, once all its gradients are ready, as one grouped
+                # all-reduce: Horovod names its tensors grouped_allreduce.<first parameter>_<k>of<n>
+                opt._grouped_allreduce_grad_async = self._timed_requests(
+                    opt._grouped_allreduce_grad_async, "Horovod grouped request hook",
+                    lambda ps: [(f"grouped_allreduce.{names.get(ps[0])}_{k + 1}of{len(ps)}", int(p.grad.numel() * p.grad.element_size()))
+                                for k, p in enumerate(ps)])
         except Exception as err:  # noqa: BLE001
             self._fail(err, "attaching to the Horovod optimizer")
 
-    def _record_groups(self, request: Any, names: dict[Any, str]) -> Any:
-        """``DistributedOptimizer(groups=...)`` sends each group, once all its gradients are ready, as one grouped
-        all-reduce: Horovod names its tensors ``grouped_allreduce.<first parameter>_<k>of<n>`` (``_grouped_allreduce_grad_async``)."""
+    def _timed_requests(self, request: Any, what: str, sent: Callable[[Any], list[tuple[str, int]]]) -> Any:
+        """``request`` (one of the optimizer's request methods) timed while recording: each Horovod tensor ``sent(arg)``
+        names, with this rank's bytes, enqueued between the call's start and return; a fault in the recording says ``what``."""
         collector = self
 
-        def _grouped_allreduce_grad_async(ps: Any) -> Any:
+        def timed(arg: Any) -> Any:
             if not collector.recording:
-                return request(ps)
+                return request(arg)
             t0 = time.time_ns()
-            out = request(ps)
+            out = request(arg)
             try:
-                t1, base, n = time.time_ns(), names.get(ps[0]), len(ps)
-                collector.enqueues += [(collector.step, f"grouped_allreduce.{base}_{k + 1}of{n}", t0, t1,
-                                        int(p.grad.numel() * p.grad.element_size())) for k, p in enumerate(ps)]
+                t1 = time.time_ns()
+                collector.enqueues += [(collector.step, tensor, t0, t1, nbytes) for tensor, nbytes in sent(arg)]
             except Exception as err:  # noqa: BLE001
-                collector._fail(err, "Horovod grouped request hook")
+                collector._fail(err, what)
             return out
 
-        return _grouped_allreduce_grad_async
+        return timed
 
     # ------------------------------------------------------------ window, timeline, files
     def _resolve_info(self) -> None:
