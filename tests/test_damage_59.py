@@ -5,7 +5,7 @@ in the test from a vendored fixture; nothing under tests/data changes.
 """
 from __future__ import annotations
 
-from testdata import cli_json, copy_fixture, edit_json
+from testdata import DATA, cli_json, copy_fixture, edit_json
 
 
 def _middle_step_marker(doc: dict, dur: float) -> None:
@@ -38,3 +38,16 @@ def test_steps_asked_past_the_trace_say_which_were_used(tmp_path, capsys):
     rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "6:9", str(run))
     assert rc == 0 and not any("requested" in w for w in doc["warnings"]), doc["warnings"]
 
+
+def test_link_from_of_another_link_is_refused(tmp_path, capsys):
+    """``--link-from`` an unshaped link's calibration for a run profiled at 1 Gbit/s: ``--link-to`` the 1 Gbit/s file
+    answered 427.7 ms for a run that measured 205.7 ms on that very link, with no word. Refused in one line naming the
+    file; the profiled link's own file still answers."""
+    run = copy_fixture(tmp_path, "ddp-testbed/run")
+    wrong, right = DATA / "ddp-testbed/unshaped-overlap.json", DATA / "ddp-testbed/1gbit-overlap.json"
+    rc, doc, err = cli_json(capsys, "whatif", "--json", str(run), "--link-from", str(wrong), "--link-to", str(right), "--no-trace")
+    assert rc == 2
+    line = err.strip().splitlines()[-1]
+    assert str(wrong) in line and "not the link this run was profiled on" in line and len(err.strip().splitlines()) == 1
+    rc, doc, err = cli_json(capsys, "whatif", "--json", str(run), "--link-from", str(right), "--link-to", str(wrong), "--no-trace")
+    assert rc == 0, err
