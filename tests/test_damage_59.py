@@ -51,3 +51,31 @@ def test_link_from_of_another_link_is_refused(tmp_path, capsys):
     assert str(wrong) in line and "not the link this run was profiled on" in line and len(err.strip().splitlines()) == 1
     rc, doc, err = cli_json(capsys, "whatif", "--json", str(run), "--link-from", str(right), "--link-to", str(wrong), "--no-trace")
     assert rc == 0, err
+
+
+def test_an_archive_of_a_run_is_named_as_one(tmp_path, capsys):
+    """A tar.gz of a run folder was refused as "one rank file of a dagprof run folder" (its first member's bytes), a zip
+    as corrupt JSON: both are named as archives now, with what to do."""
+    import tarfile  # noqa: PLC0415
+    import zipfile  # noqa: PLC0415
+
+    run = copy_fixture(tmp_path, "ddp-testbed/run")
+    with tarfile.open(tmp_path / "run.tar.gz", "w:gz") as tar:
+        tar.add(run, arcname="run")
+    with zipfile.ZipFile(tmp_path / "run.zip", "w") as z:
+        for p in sorted(run.iterdir()):
+            z.write(p, f"run/{p.name}")
+    for name in ("run.tar.gz", "run.zip"):
+        rc, _, err = cli_json(capsys, "analyze", "--json", str(tmp_path / name))
+        assert rc == 2
+        assert err.count("\n") == 1 and str(tmp_path / name) in err and "an archive" in err and "unpack it" in err, err
+
+
+def test_a_folder_of_runs_names_them(tmp_path, capsys):
+    """The folder above two runs was "no torch.profiler traces here"; the line names the runs it holds now."""
+    (tmp_path / "runs").mkdir()
+    for name in ("b-run", "a-run"):
+        copy_fixture(tmp_path, "ddp-testbed/run").rename(tmp_path / "runs" / name)
+    (tmp_path / "runs" / "notes").mkdir()
+    rc, _, err = cli_json(capsys, "analyze", "--json", str(tmp_path / "runs"))
+    assert rc == 2 and "2 of its folders hold runs (a-run, b-run): give dagprof one of them" in err, err

@@ -81,6 +81,15 @@ def _layer_csv(head: bytes, path: str) -> bool:
     return False
 
 
+_ARCHIVES = (b"PK\x03\x04", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"7z\xbc\xaf\x27\x1c")  # zip, xz, zstd, 7z
+
+
+def _archive(head: bytes, path: str) -> bool:
+    """A zip, tar (gunzipped: a .tar.gz), bzip2, xz, zstd or 7z file: a tar.gz of a run folder sniffed as the rank file
+    its first member is ("one rank file of a dagprof run folder"), a zip as corrupt JSON."""
+    return head[257:262] == b"ustar" or head.startswith(_ARCHIVES) or head[:3] == b"BZh" and head[4:10] == b"1AY&SY"
+
+
 FORMATS: list[Format] = [
     # folders
     Format("horovod-run", "a dagprof run folder (Horovod)", lambda head, path: bool(glob.glob(os.path.join(path, "rank*.horovod.json"))),
@@ -94,6 +103,8 @@ FORMATS: list[Format] = [
     Format("mxnet-run", "an MXNet parameter-server run folder", lambda head, path: os.path.exists(os.path.join(path, MXNET_MANIFEST)),
            "dagprof.traces.mxnet:read_mxnet_run", folder=True),
     # files
+    Format("archive", "an archive (zip, tar, bzip2, xz, zstd or 7z)", _archive,
+           hint="unpack it and give dagprof the run folder or the trace inside; it reads plain and gzipped files"),
     Format("xplane", "a TensorFlow/JAX profiler trace (XPlane protobuf)", _xplane,
            "dagprof.traces.xplane_run:read_xplane_file"),
     Format("horovod", "a Horovod timeline",
