@@ -79,3 +79,14 @@ def test_a_folder_of_runs_names_them(tmp_path, capsys):
     (tmp_path / "runs" / "notes").mkdir()
     rc, _, err = cli_json(capsys, "analyze", "--json", str(tmp_path / "runs"))
     assert rc == 2 and "2 of its folders hold runs (a-run, b-run): give dagprof one of them" in err, err
+
+
+def test_sgd_says_when_net_is_not_what_priced_a_row(capsys):
+    """B-Caffe's tmp4comm.log measured its all-reduces at 4 workers; ``--net 100Mbit --workers 4`` answered those
+    measured (10GbE) times, the same 0.262 s as ``--net 800Gbit``, with no word that --net went unused."""
+    log = str(DATA / "bcaffe-k80-googlenet/tmp4comm.log")
+    rc, doc, err = cli_json(capsys, "sgd", "--json", log, "--workers", "4", "--net", "100Mbit")
+    assert rc == 0, err
+    assert any("--net 100Mbit unused on 1 worker count (4)" in n for n in doc["notes"]), doc["notes"]
+    rc, doc, err = cli_json(capsys, "sgd", "--json", log, "--workers", "2", "--net", "100Mbit")
+    assert rc == 0 and not any("unused" in n for n in doc["notes"]), doc["notes"]
