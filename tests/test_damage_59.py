@@ -5,6 +5,8 @@ in the test from a vendored fixture; nothing under tests/data changes.
 """
 from __future__ import annotations
 
+import json
+
 from testdata import DATA, cli_json, copy_fixture, edit_json
 
 
@@ -90,3 +92,36 @@ def test_sgd_says_when_net_is_not_what_priced_a_row(capsys):
     assert any("--net 100Mbit unused on 1 worker count (4)" in n for n in doc["notes"]), doc["notes"]
     rc, doc, err = cli_json(capsys, "sgd", "--json", log, "--workers", "2", "--net", "100Mbit")
     assert rc == 0 and not any("unused" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_a_wrong_file_for_a_file_flag_says_what_it_is(tmp_path, capsys):
+    """A Kineto trace or a strategy given to ``sgd --comm-log`` read "line N, the last, has no end of line: the file was
+    cut short", to ``--osu`` "line 1: expected 'SIZE LATENCY_US'", a strategy to ``--link-model`` "link needs alpha_us";
+    a layer log ending in NUL bytes (a crash) read "cut short": each says what the file is now."""
+    log, kineto, strategy = (str(DATA / p) for p in ("bcaffe-k80-googlenet/tmp4comm.log", "gloo-windows/same/rank-0.pt.trace.json.gz",
+                                                     "strategy/v1.json"))
+    for flag, path, said in (("--comm-log", kineto, "not a layer file (a B-Caffe log or a layer CSV): it looks like a torch.profiler"),
+                             ("--comm-log", strategy, "it looks like a dagprof strategy file"),
+                             ("--osu", kineto, "not an OSU all-reduce latency table: it looks like a torch.profiler"),
+                             ("--link-model", strategy, "not a dagprof calibrate link model: it looks like a dagprof strategy file")):
+        rc, _, err = cli_json(capsys, "sgd", "--json", log, "--workers", "4", flag, path)
+        assert rc == 2 and path in err and said in err and err.count("\n") == 1, (flag, err)
+    nul = tmp_path / "tmp4comm.log"
+    nul.write_bytes((DATA / "bcaffe-k80-googlenet/tmp4comm.log").read_bytes() + bytes(4096))
+    rc, _, err = cli_json(capsys, "sgd", "--json", str(nul), "--workers", "4")
+    assert rc == 2 and "4096 NUL bytes" in err and "cut short" not in err, err
+
+
+def test_dagprof_own_outputs_given_as_input_are_named(tmp_path, capsys):
+    """``analyze --json``'s answer saved to a file, and the replay's Perfetto timeline, given back as the input: "not a
+    Kineto trace: no 'traceEvents' list" and "no schemaVersion, distributedInfo or deviceProperties"; named now."""
+    run = copy_fixture(tmp_path, "ddp-testbed/run")
+    rc, _, err = cli_json(capsys, "replay", str(run), "-o", str(tmp_path / "out"))
+    assert rc == 0, err
+    answer = tmp_path / "analyze.json"
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(run))
+    answer.write_text(json.dumps(doc))
+    for path, said in ((answer, "a dagprof --json answer"), (tmp_path / "out/replay.trace.json", "a timeline dagprof wrote"),
+                       (tmp_path / "out/measured.trace.json", "a timeline dagprof wrote")):
+        rc, _, err = cli_json(capsys, "analyze", "--json", str(path))
+        assert rc == 2 and str(path) in err and said in err and err.count("\n") == 1, err
