@@ -125,3 +125,12 @@ def test_dagprof_own_outputs_given_as_input_are_named(tmp_path, capsys):
                        (tmp_path / "out/measured.trace.json", "a timeline dagprof wrote")):
         rc, _, err = cli_json(capsys, "analyze", "--json", str(path))
         assert rc == 2 and str(path) in err and said in err and err.count("\n") == 1, err
+
+
+def test_a_bad_topology_file_is_read_where_no_link_is_fitted(capsys):
+    """A trace with no collective to fit a link to (one rank) swallowed the error of the --topology file it was given
+    (a strategy): the what-if answered as measured with no word. The file is read, and refused, all the same."""
+    trace = str(DATA / "kineto-public/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    strategy = str(DATA / "strategy/v1.json")
+    rc, _, err = cli_json(capsys, "whatif", "--json", trace, "--topology", strategy, "--no-trace")
+    assert rc == 2 and strategy in err and "bad topology" in err, err

@@ -368,6 +368,8 @@ def measured_comm(g: Graph, scenarios: list[Scenario], c: Cluster) -> Topology |
         asked = {a.name for s in scenarios for a in AXES if getattr(s, a.name) is not None}
         if asked - {"compute_speed"} or c.slowdown or not c.overlap or c.fine or c.profiled_bandwidth is not None:
             raise
+        if c.topology:  # read all the same: a strategy given as --topology of a 1-rank trace answered with no word
+            parse_topology(c.topology, priced_world_size(g))
         return None
 
 
