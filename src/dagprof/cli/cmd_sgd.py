@@ -11,7 +11,7 @@ from ..report.svg import speedup_chart
 from ..report.timeline import write_replay_trace
 from ..sgd import Policy, ScalingRow, anchor_single_worker, build_sgd_graph, comm_model, make_schedule, predict
 from ..traces.layerwise import read_layer_file
-from ..units import MB
+from ..units import MB, count
 from .common import MAX_WORKERS, add_out_argument, comma_list, finite_positive, outputs, worker_count
 
 MAX_JITTER = 10_000  # replays per policy and worker count: more only costs time
@@ -76,6 +76,10 @@ def _predict(args, folder: str | None) -> dict:
     if args.jitter:
         notes.append(f"on more than one worker: the mean of {args.jitter} replays, each worker running profiled steps drawn at random "
                      f"({profile.step_backward_us.shape[0]} steps)")
+    shadowed = [n for n in scaling.workers if n > 1 and (n in comm.measured or n in comm.links)]
+    if args.net and shadowed:  # --net 100Mbit answered the log's measured 10GbE times at 4 workers with no word
+        notes.append(f"--net {args.net} unused on {count(len(shadowed), 'worker count')} ({', '.join(map(str, shadowed))}): the "
+                     "all-reduce times measured there (or a link fitted there) price them, being more specific; the other counts take --net")
     policies = {p.value: [_row(r) for r in rows] for p, rows in scaling.table.items()}
     priced = {r["comm_source"] for r in policies[scaling.policy.value] if r["workers"] > 1}
     if len(priced) > 1:  # a measured log at 8 workers beside a preset at 16 made 16 workers look faster than 8

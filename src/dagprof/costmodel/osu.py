@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import read_input
+from ..traces import formats
 from .alphabeta import AlphaBeta, fit_alpha_beta
 
 _ROW = re.compile(r"(?:(\d+)\s*,\s*)?(\d+)\s+([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
@@ -46,6 +47,7 @@ def read_osu_allreduce(path: str | os.PathLike[str], workers: int | None = None)
     sizes: list[int] = []
     lat: list[float] = []
     prefixes: set[int] = set()
+    formats.expect(path, (), "an OSU all-reduce latency table")
     try:
         lines = read_input(path).decode("utf-8").splitlines()
     except UnicodeDecodeError as err:

@@ -31,6 +31,7 @@ import tomllib
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
+from ..traces import formats
 from ..traces.events import CommKind
 from ..units import MB
 from .alphabeta import AlphaBeta, parse_bandwidth, ring_allreduce_us
@@ -377,6 +378,7 @@ class LinkModelFile:
 
 def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
     """A link-model file (``save_link_model``), every section checked: one line naming the file for what is wrong."""
+    formats.expect(path, "link-model")  # a strategy given here read "link needs alpha_us and beta_us_per_byte"
     d, p = _read_table(path), os.fspath(path)
     version = d.get("version", 1)
     if not isinstance(version, int) or version > LINK_MODEL_VERSION:

@@ -52,7 +52,7 @@ from ..errors import DagprofError
 from ..traces.events import CommRole, Kind, LaneKind, RankTrace, Run
 from ..traces.meta import PsKey, PsRecord, RowPull
 from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
-from .build import common_steps, host_cpus, loop_steps, measured_iter_us, pinned_groups
+from .build import chosen_steps, host_cpus, loop_steps, measured_iter_us, pinned_groups
 from .collectives import add_ps_part, add_ps_pull, ps_devices
 from .dag import DeviceKind, Graph, GraphBuilder
 
@@ -67,7 +67,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     ps = run.meta.ps
     if ps is None:
         raise DagprofError("not a parameter-server run (no server information)", run.source)
-    chosen = common_steps(run, steps)
+    chosen, said = chosen_steps(run, steps)
     n = run.world_size
     b = GraphBuilder()
     mstart: list[float] = []  # measured times on the shared clock (us), for the gaps
@@ -240,7 +240,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps=msgspec.structs.replace(ps, exchange_us=spans, row_pull_us=row_pull_us),
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), pinned_groups=pinned_groups(run),
-        loop_steps=loop_steps(run),
+        loop_steps=loop_steps(run), warnings=said,
     )
     return rebuild_ps(g, servers, link)
 

@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..costmodel.alphabeta import parse_bandwidth
+import numpy as np
+
+from ..costmodel.alphabeta import parse_bandwidth, ring_allreduce_us
 from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
@@ -29,7 +31,7 @@ from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_r
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
 from ..passes.horovod import set_horovod
-from ..passes.link_fit import priced_world_size
+from ..passes.link_fit import priced_comm, priced_world_size
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..replay import ReplayResult, replay
 from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
@@ -156,12 +158,33 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         if is_ps_graph(g):
             raise DagprofError("--link-to on a parameter-server job is not modelled (its messages are priced on the link's fit)")
         source, target = read_link_model(c.link_from), read_link_model(s.link_to)
+        _check_profiled_on(g, source, base_topo)
         return set_link_ratio(g, source.ratio_to(target), source.delta_to(target), source.workers or 0)
     if s.bandwidth is None and s.latency_us is None:
         return g
     if s.bandwidth is not None and is_ps_graph(g) and g.meta.wire_bytes_per_s is not None:  # the row_sparse pulls' wire (rebuild_ps)
         g = g.replace(meta=g.meta.replace(ps_asked_bytes_per_s=parse_bandwidth(s.bandwidth)))
     return set_link(g, None if s.bandwidth is None else wire_bandwidth(g, parse_bandwidth(s.bandwidth), base_topo), s.latency_us, c.link)
+
+
+LINK_FROM_APART = 4.0  # --link-from's link and the profile's own fit this many times apart: measured on another link
+
+
+def _check_profiled_on(g: Graph, source: LinkModelFile, base_topo: Topology) -> None:
+    """Refuse a ``--link-from`` file that is not of the link the run was profiled on: at the run's median collective size
+    its fit and the fit of the run's own collectives are over ``LINK_FROM_APART`` times apart. A calibration of an
+    unshaped link given for a run profiled at 1 Gbit/s put ``--link-to`` its 1 Gbit/s file at 427.7 ms for a run that
+    measured 205.7 ms there, with no word (the ratio of two files is trusted to be the profiled link's)."""
+    sizes = g.nbytes[priced_comm(g)]
+    sizes = sizes[sizes > 0]
+    if not len(sizes):
+        return
+    m, n = float(np.median(sizes)), priced_world_size(g)
+    own, theirs = float(ring_allreduce_us(m, n, base_topo.inter)), float(ring_allreduce_us(m, n, source.link_for(n)))
+    if own > 0 and theirs > 0 and max(own / theirs, theirs / own) > LINK_FROM_APART:
+        raise DagprofError(f"not the link this run was profiled on: its fit prices the run's median collective ({m / MB:.2f} MB, {n} ranks) "
+                           f"at {theirs / 1e3:.3g} ms, the run's own collectives fit {own / 1e3:.3g} ms ({max(own / theirs, theirs / own):.0f}x "
+                           "apart; another host or network?): give --link-from a calibration of the profiled link", source.path)
 
 
 def wire_bandwidth(g: Graph, asked: float, base_topo: Topology) -> float:
@@ -345,6 +368,8 @@ def measured_comm(g: Graph, scenarios: list[Scenario], c: Cluster) -> Topology |
         asked = {a.name for s in scenarios for a in AXES if getattr(s, a.name) is not None}
         if asked - {"compute_speed"} or c.slowdown or not c.overlap or c.fine or c.profiled_bandwidth is not None:
             raise
+        if c.topology:  # read all the same: a strategy given as --topology of a 1-rank trace answered with no word
+            parse_topology(c.topology, priced_world_size(g))
         return None
 
 

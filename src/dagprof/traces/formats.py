@@ -81,6 +81,15 @@ def _layer_csv(head: bytes, path: str) -> bool:
     return False
 
 
+_ARCHIVES = (b"PK\x03\x04", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"7z\xbc\xaf\x27\x1c")  # zip, xz, zstd, 7z
+
+
+def _archive(head: bytes, path: str) -> bool:
+    """A zip, tar (gunzipped: a .tar.gz), bzip2, xz, zstd or 7z file: a tar.gz of a run folder sniffed as the rank file
+    its first member is ("one rank file of a dagprof run folder"), a zip as corrupt JSON."""
+    return head[257:262] == b"ustar" or head.startswith(_ARCHIVES) or head[:3] == b"BZh" and head[4:10] == b"1AY&SY"
+
+
 FORMATS: list[Format] = [
     # folders
     Format("horovod-run", "a dagprof run folder (Horovod)", lambda head, path: bool(glob.glob(os.path.join(path, "rank*.horovod.json"))),
@@ -94,6 +103,8 @@ FORMATS: list[Format] = [
     Format("mxnet-run", "an MXNet parameter-server run folder", lambda head, path: os.path.exists(os.path.join(path, MXNET_MANIFEST)),
            "dagprof.traces.mxnet:read_mxnet_run", folder=True),
     # files
+    Format("archive", "an archive (zip, tar, bzip2, xz, zstd or 7z)", _archive,
+           hint="unpack it and give dagprof the run folder or the trace inside; it reads plain and gzipped files"),
     Format("xplane", "a TensorFlow/JAX profiler trace (XPlane protobuf)", _xplane,
            "dagprof.traces.xplane_run:read_xplane_file"),
     Format("horovod", "a Horovod timeline",
@@ -106,6 +117,10 @@ FORMATS: list[Format] = [
     Format("xplane-json", "a TensorFlow/JAX profiler trace converted to Chrome JSON",
            _json_has('"/host:CPU"', '"/device:', "TraceMe", all_of=("traceEvents",)),
            hint="give dagprof the *.xplane.pb written beside it"),
+    Format("dagprof-timeline", "a timeline dagprof wrote (replay, measured, what-if or diff, for Perfetto)",
+           lambda head, path: b'"producer":"dagprof' in head or b'"producer": "dagprof' in head
+           or b'"clock_offset_us"' in head and b'"residual_skew_us"' in head,
+           hint="give dagprof the run it was drawn from"),
     Format("kineto", "a torch.profiler (Kineto) trace",
            _json_has('"schemaVersion"', '"distributedInfo"', '"deviceProperties"', '"cpu_op"', '"python_function"',
                      all_of=("traceEvents",)),
@@ -117,6 +132,13 @@ FORMATS: list[Format] = [
     Format("dagprof-manifest", "the manifest of a dagprof run folder",
            lambda head, path: any(_manifest_format(f)(head, path) for f in ("dagprof-run", "dagprof-xplane-run", "dagprof-mxnet-run")),
            hint="give dagprof the run folder that holds it"),
+    Format("strategy", "a dagprof strategy file", _manifest_format("dagprof-strategy"),
+           hint="dagprof.apply(model, path) deploys it in the training script"),
+    Format("link-model", "a dagprof calibrate link model", _json_has('"beta_us_per_byte"', all_of=('"alpha_us"',)),
+           hint="give it with --link-model, --link-from or --link-to"),
+    Format("dagprof-answer", "a dagprof --json answer",
+           lambda head, path: _json_has('"predicted_iter_ms"', '"model_iter_ms"', '"measured_delta_ms"')(head, path) and b'"traceEvents"' not in head,
+           hint="give dagprof the run it answered for"),
     Format("layer-csv", "a layer-wise CSV (dagprof sgd --layers)", _layer_csv, hint="use it with `dagprof sgd --layers`"),
     Format("bcaffe", "a B-Caffe layer log (dagprof sgd --layers)",
            lambda head, path: "distributed.cpp:" in _text(head), hint="use it with `dagprof sgd --layers`"),
@@ -159,11 +181,13 @@ def by_name(name: str) -> Format:
     return next(f for f in FORMATS if f.name == name)
 
 
-def expect(path: str | os.PathLike[str], expected: str) -> None:
-    """Raise the one-line error for a reader of ``expected`` given a file that sniffs as another known format."""
+def expect(path: str | os.PathLike[str], expected: str | tuple[str, ...], want: str = "") -> None:
+    """Raise the one-line error for a reader of ``expected`` (a format's name, or several) given a file that sniffs as
+    another known format; ``want`` names what the reader takes where no format is registered for it."""
+    names = (expected,) if isinstance(expected, str) else expected
     f = sniff(path)
-    if f is not None and f.name != expected and f.name != "chrome-json":
-        want = by_name(expected).title
+    if f is not None and f.name not in names and f.name != "chrome-json":
+        want = want or by_name(names[0]).title
         raise DagprofError(f"not {want}: it looks like {f.title}" + (f" ({f.hint})" if f.hint else ""), path)
 
 

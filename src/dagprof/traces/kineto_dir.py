@@ -53,12 +53,25 @@ def parse_file(path: str, use_cache: bool) -> RankTrace | str:
         raise
 
 
+def _runs_below(folder: str) -> str:
+    """Where ``folder`` holds runs one level down (a folder of experiments given for one of them): which, to pick one."""
+    from .formats import sniff  # noqa: PLC0415  (formats dispatches to this module's reader)
+    try:
+        subs = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return ""
+    runs = [s for s in subs if sniff(os.path.join(folder, s)) is not None or trace_files(os.path.join(folder, s))]
+    if not runs:
+        return ""
+    return f", but {len(runs)} of its folders hold runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): give dagprof one of them"
+
+
 def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_cache: bool = True) -> Run:
     """Every rank trace in ``path`` (not recursive), sorted by rank."""
     folder = os.fspath(path)
     files = trace_files(folder)
     if not files:
-        raise DagprofError("no torch.profiler traces (*.json, *.json.gz) here", folder)
+        raise DagprofError("no torch.profiler traces (*.json, *.json.gz) here" + _runs_below(folder), folder)
     results: dict[str, RankTrace | str] = {}
     todo = []
     for f in files:

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import missing, read_input
+from . import formats
 from .completeness import require_complete
 from .dagprof_run import read_run
 from .events import Kind, Run
@@ -209,10 +210,14 @@ def _number(text: str, what: str, path: str, lineno: int, integer: bool = False)
 
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
+    formats.expect(path, ("layer-csv", "bcaffe"), "a layer file (a B-Caffe log or a layer CSV)")  # a Kineto trace read "cut short"
     try:
         text = read_input(path).decode("utf-8")
     except UnicodeDecodeError as err:
         raise DagprofError(f"cannot read: {err}", path) from None
+    if "\0" in text:  # a crash after the file's blocks were allocated, or a binary file: read as "cut short" before
+        raise DagprofError(f"{text.count(chr(0))} NUL bytes from character {text.index(chr(0))} on: the file was not written out "
+                           "whole (a crash or a full disk), or is not a text file", path)
     if text.strip() and not text.endswith(("\n", "\r")):  # a file cut inside a row reads as a smaller model, every number valid
         raise DagprofError(f"line {text.count(chr(10)) + 1}, the last, has no end of line: the file was cut short "
                            "(if it is whole, end it with a newline)", path)
