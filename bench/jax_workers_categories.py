@@ -8,8 +8,11 @@ pool and the client lanes joined to their ``python#TID``), gloo's busy thread's 
 the rest of the process's CPU, and every thread's waits for a core (run-queue time). ``demand`` is the ranks' CPU a step over
 the cores (N x process / C). Then the step: the 2-worker job's unprofiled median, the prediction's (``--cores C``'s
 replayed median; its collectives' transfer per step, ``comm_per_step_ms``, own cores) and the N-worker job's unprofiled
-median (and its collectives' as measured). What the prediction carries of each CPU category is the 2-worker profile's
-(a copied rank's), so the 2 -> N growth of a category is what the what-if leaves out of the queue. No timing: run it anywhere.
+median (and its collectives' as measured: issue to done, with the waits for slower ranks and for a core). What the
+prediction carries of each CPU category is the 2-worker profile's (a copied rank's; its off-lane CPU, gloo's thread and the
+rest, grown as the ring's bytes a rank sends, ``passes.comm_cpu.ring_growth``), so the rest of a category's 2 -> N growth
+is what the what-if leaves out of the queue. The waits are as recorded (the prediction's are its queue's, not split here).
+No timing: run it anywhere.
 
     PYTHONPATH=src python bench/jax_workers_categories.py DIR [--only jax_shardmap,jax_two_tower] [--workers 4] [--cores 2]
 """
@@ -31,7 +34,7 @@ from whatif_cli import Refused, whatif_json  # noqa: E402
 
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.graph.meta import WARMUP_STEPS  # noqa: E402
-from dagprof.passes.comm_cpu import lane_threads  # noqa: E402
+from dagprof.passes.comm_cpu import lane_threads, ring_growth  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at  # noqa: E402
 from dagprof.traces.meta import is_unnamed_thread  # noqa: E402
@@ -103,8 +106,11 @@ def table(a: argparse.Namespace) -> int:
         except Refused as e:
             pred = {"step": float("nan"), "comm": float("nan")}
             print(f"{tag}: the what-if refused: {e}")
+        grow = ring_growth(2, a.workers)  # the prediction's off-lane CPU (gloo's thread and the rest): the profile's, grown
+        carried = t2 | {"gloo": grow * t2["gloo"], "rest": grow * t2["rest"]}
+        carried["process"] = carried["python"] + carried["lanes"] + carried["gloo"] + carried["rest"]
         for label, t, n, comm, step in (("2 workers", t2, 2, m2["comm_ms"], m2["unprofiled_median_ms"]),
-                                        (f"--workers {a.workers} --cores {a.cores}", t2, a.workers, pred["comm"], pred["step"]),
+                                        (f"--workers {a.workers} --cores {a.cores}", carried, a.workers, pred["comm"], pred["step"]),
                                         (f"{a.workers} workers", t4, a.workers, m4["comm_ms"], m4["unprofiled_median_ms"])):
             demand = n * t["process"] / a.cores if n > a.cores else t["process"]
             print(f"{tag + ' ' + label:32s} " + " ".join(f"{t[c]:12.2f}" for c in cols)
