@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dagprof.graph.meta import WARMUP_STEPS
-from dagprof.passes.comm_cpu import lane_cpu, lane_threads, rank_cpu
+from dagprof.passes.comm_cpu import lane_cpu, lane_threads, rank_cpu, ring_growth
+from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.meta import OtherThreads, is_unnamed_thread
 
@@ -102,3 +103,15 @@ def _lane_ops(g, r, prof):
     """The client lane's op time per profiled step of rank ``r``."""
     dev = next(i for i, d in enumerate(g.devices) if d.name.startswith(f"rank{r}/tf_XLAPjRtCpuClient"))
     return np.array([g.dur[(g.device == dev) & (g.step == s)].sum() for s in prof])
+
+
+def test_four_workers_off_lane_cpu_grows_as_the_ring_bytes_each_rank_sends(graph):
+    """JAX's off-lane CPU is gloo's threads', which send 2(N-1)/N of each all-reduce a rank: the 2-worker profile's, copied
+    to 4 workers on 2 cores, is priced 1.5x (3/4 over 1/2); the lanes' scale and the profiled ranks' own stay as recorded."""
+    cpu, four = rank_cpu(graph), scale_workers(graph, 4)
+    own, grown = lane_cpu(graph, 4, 2), lane_cpu(four, 4, 2)
+    assert sorted(grown) == [0, 1, 2, 3]
+    for r, p in grown.items():
+        assert p.off_lane_us == pytest.approx(1.5 * (cpu[r % 2].process_us - cpu[r % 2].lanes_us))
+        assert p.on_core == pytest.approx(own[r % 2].on_core, rel=1e-6)
+    assert ring_growth(2, 2) == 1.0 and ring_growth(2, 4) == pytest.approx(1.5) and ring_growth(4, 2) == pytest.approx(2 / 3)

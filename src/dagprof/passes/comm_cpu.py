@@ -25,7 +25,10 @@ executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) s
 step by bytes. The lanes' CPU is their threads' own where the collector recorded it by thread name (the training thread
 and the pools whose threads carry the lanes, ``tf_Compute``; JAX's client lanes, whose threads bear the process's name, by
 the thread whose CPU a step follows the lane's op time: ``lane_threads``), else a stand-in: the lanes' op time scaled by the
-training thread's CPU over its runnable time.
+training thread's CPU over its runnable time. JAX's off-lane CPU is gloo's threads' (its busy thread), which send the ring's
+bytes: on more workers it grows as those a rank sends (``ring_growth``); kept 2 -> 4 JAX rounds on 2 cores
+(``bench/jax_workers_categories.py``) had gloo's thread 0.96-2.1x (median 1.18) its 2-worker CPU a step, and queuing it at
+the 2-worker amount left the prediction 8-31 % short.
 """
 from __future__ import annotations
 
@@ -384,22 +387,32 @@ def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
     they are: its ``LaneCpu``. The lanes' op times hold the sharing they met when profiled, so each is scaled to the
     lanes' CPU and the queue adds the sharing of the ranks asked for: their threads' recorded CPU a step over their op
     time (``RankCpu.lanes_us``), else the rank's CPU over wall (``RankCpu.on_core``, a stand-in). The rest of the
-    process's CPU (the collective executor's, gRPC's and the runtime's threads, off the lanes) is its budget
-    (``off_lane_budget``). None where not priced: not such a run, the ranks within the cores, or a rank's CPU not
-    recorded (``passes.compute.process_cpu_note`` says so)."""
+    process's CPU (the collective executor's, gRPC's and the runtime's threads, off the lanes; JAX's gloo threads, grown
+    with the workers as the ring's bytes a rank sends: ``ring_growth``) is its budget (``off_lane_budget``). None where
+    not priced: not such a run, the ranks within the cores, or a rank's CPU not recorded (``passes.compute.process_cpu_note``
+    says so)."""
     cpu = rank_cpu(g)
     if cpu is None or per <= cores:
         return None
     n0, steps, work = len(cpu), max(len(g.meta.steps), 1), lane_work(g)
     lane_us = np.bincount(g.rank[work], weights=g.dur[work], minlength=int(g.world_size)) / steps
+    grow = ring_growth(n0, int(g.world_size)) if g.meta.framework == "jax" else 1.0
     out = {}
     for r in range(int(g.world_size)):
         c, ops = cpu[r % n0], float(lane_us[r])
         if c.lanes_us is not None and ops > 0:
-            out[r] = LaneCpu(c.lanes_us / ops, max(c.process_us - c.lanes_us, 0.0))
+            out[r] = LaneCpu(c.lanes_us / ops, grow * max(c.process_us - c.lanes_us, 0.0))
         else:
-            out[r] = LaneCpu(c.on_core, max(c.process_us - c.on_core * ops, 0.0))
+            out[r] = LaneCpu(c.on_core, grow * max(c.process_us - c.on_core * ops, 0.0))
     return out
+
+
+def ring_growth(profiled: int, workers: int) -> float:
+    """How a JAX rank's off-lane CPU a step grows from ``profiled`` ranks to ``workers``: it is gloo's threads' (its busy
+    thread took 7-20 ms a step a rank, the rest of the process 0.2 at most: ``bench/jax_workers_categories.py``), which
+    send and sum the ring's bytes, 2(N-1)/N of each all-reduce a rank; TF's collective executor and gRPC threads are not
+    priced so (``lane_cpu`` keeps theirs)."""
+    return (workers - 1) / workers * profiled / max(profiled - 1, 1) if workers > 1 and profiled > 1 else 1.0
 
 
 def scale_lanes(onto: Graph, g: Graph, priced: dict[int, LaneCpu]) -> Graph:
