@@ -12,7 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-from testdata import GLOO_WINDOWS
+from testdata import GLOO_WINDOWS, copy_fixture, load_refused
 
 import dagprof
 from dagprof.errors import DagprofError
@@ -190,3 +190,13 @@ def test_a_step_number_marking_two_windows_is_refused(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(DagprofError, match=f"^{path}: {steps[0]['name']} marks 2 windows: a damaged trace, or two profiler sessions"):
         read_kineto(str(path))
+
+
+def test_a_stray_byte_in_a_string_the_header_skips_is_one_line_naming_the_file(tmp_path):
+    """A manifest whose ``backend`` string holds an invalid UTF-8 byte: the format/version header skips that field, so the
+    full decode meets it; refused in one line naming the file (found by the fuzzer on a freshly recorded run)."""
+    run = copy_fixture(tmp_path, "habits")
+    manifest = run / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"backend": "gloo"', b'"backend": "\xc0"'))
+    why = load_refused(run, "corrupt", "not valid JSON")
+    assert "manifest.json" in why

@@ -355,3 +355,5 @@ def decode_versioned(data: bytes, path: str, kind: type[T], fmt: str, versions: 
         return msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as err:
         raise DagprofError(f"corrupt {what} ({err})", path) from None
+    except msgspec.DecodeError as err:  # the header skips what it does not type (a stray byte in another field's string)
+        raise DagprofError(f"corrupt {what} (not valid JSON: {err})", path) from None
