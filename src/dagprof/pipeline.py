@@ -19,6 +19,7 @@ from .report.timeline import write_replay_trace
 from .traces.events import Run
 from .traces.formats import MXNET_MANIFEST
 from .traces.load import load
+from .traces.rank_warnings import merge_rank_warnings
 from .traces.run_schema import MANIFEST
 
 
@@ -34,7 +35,16 @@ class Profiled:
 
     @property
     def warnings(self) -> list[str]:
-        """What the readers noticed but could work around (a short step window, no DDP buckets...)."""
+        """What the readers noticed but could work around (a short step window, no DDP buckets...), a warning that
+        several ranks give alike once for them (``rank_warnings``)."""
+        return merge_rank_warnings(self._warnings())[0]
+
+    @property
+    def rank_warnings(self) -> dict[str, list[str]]:
+        """Each warning of ``warnings`` said once for several ranks -> the ranks' own lines (kept in ``--json``)."""
+        return merge_rank_warnings(self._warnings())[1]
+
+    def _warnings(self) -> list[str]:
         seen = self.run.meta.warning_texts()
         seen += [w for w in self.graph.meta.warnings if w not in seen]
         for t in self.run.ranks:
@@ -44,7 +54,8 @@ class Profiled:
     def to_dict(self) -> dict:
         clocks = None if self.alignment is None else {
             "offset_us": self.alignment.offset_us, "residual_skew_us": self.alignment.residual_us, "collectives_used": self.alignment.instances_used}
-        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks,
+        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings,
+                                          "warnings_per_rank": self.rank_warnings, "clock_alignment": clocks,
                                           "partial": self.run.meta.partial}
 
 

@@ -14,6 +14,7 @@ from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
+from ..traces.rank_warnings import merge_rank_warnings
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from ..units import count
 from .common import steps_arg
@@ -79,8 +80,9 @@ def run(args: argparse.Namespace) -> dict:
             "buckets": len(t.buckets), "iteration_ms": iteration_us(t.step_spans()) / 1e3,
             "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
-    return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp,
-            "fsdp": run_.meta.fsdp, "horovod": run_.meta.horovod is not None, "ranks": ranks, "warnings": run_.meta.warning_texts()}
+    warnings, per_rank = merge_rank_warnings(run_.meta.warning_texts())
+    return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp, "fsdp": run_.meta.fsdp,
+            "horovod": run_.meta.horovod is not None, "ranks": ranks, "warnings": warnings, "warnings_per_rank": per_rank}
 
 
 def _mxnet_ps_arg(text: str) -> dict[str, int]:

@@ -27,7 +27,7 @@ def run(args) -> dict:
         skipped = traces_skipped(prof, args.write_traces)
         files = staged.final_path(write_outputs(prof, staged.path, traces=skipped is None))
     a = prof.to_dict()
-    keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings", "partial")
+    keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings", "warnings_per_rank", "partial")
     out = {k: a[k] for k in keep} | {"iteration_of": prof.graph.meta.job_name}
     if skipped:
         out["warnings"] = [*out["warnings"], skipped]

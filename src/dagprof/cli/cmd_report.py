@@ -15,7 +15,7 @@ def run(args) -> dict:
     with outputs(args.out, args.run) as out:
         prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
         return {"files": out.final_path(write_outputs(prof, out.path)), "partial": prof.run.meta.partial,
-                "warnings": prof.warnings}
+                "warnings": prof.warnings, "warnings_per_rank": prof.rank_warnings}
 
 
 def to_text(r: dict) -> str:

@@ -124,7 +124,7 @@ def _evaluate(args, folder: str | None) -> dict:
         out["notes"] = ["no what-if asked: the one row is the profiled setup as the model replays it "
                         "(give --bandwidth, --workers, --bucket-mb, ... for other setups; --help lists them)", *out["notes"]]
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
-        "partial": prof.run.meta.partial, "warnings": prof.warnings}
+        "partial": prof.run.meta.partial, "warnings": prof.warnings, "warnings_per_rank": prof.rank_warnings}
 
 
 _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines them

@@ -46,6 +46,7 @@ from . import formats
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .host_segments import HostSegments, flatten
 from .meta import Collectives, RankMeta, RunWarning
+from .rank_warnings import merged_figures
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
@@ -102,27 +103,13 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
 
 
 _MERGED = ("an epoch ends inside the window", "XLA compiled programs inside")  # per-rank warnings said once for the job
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
 def merge_rank_figures(ranks: list[RankTrace]) -> None:
     """Say once for the job what every rank sees in the same words but its own figures (an epoch's end inside the window:
     12283 and 12285 ms between the epochs; XLA's compiles inside the steps): each such warning (``_MERGED``) is rewritten
     with every figure as the ranks' range (in place)."""
     found = [(t, k, w.what) for t in ranks for k, w in enumerate(t.meta.warnings) if w.what.startswith(_MERGED)]
-    figures: dict[str, list[list[float]]] = {}
-    for _, _, what in found:
-        figures.setdefault(_NUMBER.sub("#", what), []).append([float(x) for x in _NUMBER.findall(what)])
-    for t, k, what in found:
-        spans = iter(zip(*figures[_NUMBER.sub("#", what)]))
-        t.meta.warnings[k] = RunWarning(_NUMBER.sub(lambda m: _span(m.group(0), next(spans)), what))
-
-
-def _span(text: str, values: tuple[float, ...]) -> str:
-    """A figure as the ranks' range, written as the rank's own was (its decimals): ``12283-12285``, or one value."""
-    decimals = len(text.split(".")[1]) if "." in text else 0
-    lo, hi = (f"{v:.{decimals}f}" for v in (min(values), max(values)))
-    return lo if lo == hi else f"{lo}-{hi}"
+    for (t, k, _), what in zip(found, merged_figures([what for _, _, what in found])):
+        t.meta.warnings[k] = RunWarning(what)
 
 
 def rank_from_path(path: str) -> int | None:
