@@ -9,6 +9,8 @@ import json
 
 from testdata import DATA, cli_json, copy_fixture, edit_json
 
+from dagprof.cli.main import main
+
 
 def _middle_step_marker(doc: dict, dur: float) -> None:
     steps = sorted((e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
@@ -134,3 +136,17 @@ def test_a_bad_topology_file_is_read_where_no_link_is_fitted(capsys):
     strategy = str(DATA / "strategy/v1.json")
     rc, _, err = cli_json(capsys, "whatif", "--json", trace, "--topology", strategy, "--no-trace")
     assert rc == 2 and strategy in err and "bad topology" in err, err
+
+
+def test_a_good_topology_is_said_unused_where_no_link_is_fitted(capsys):
+    """A valid --topology given for a 1-rank trace (no data-parallel collective to price on it) was read and then left
+    unused with no word, so the table read as an answer on that cluster: one note says so, in --json and in the text."""
+    trace = str(DATA / "kineto-public/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    rc, doc, err = cli_json(capsys, "whatif", "--json", trace, "--topology", "10gbe", "--no-trace")
+    assert rc == 0, err
+    said = [n for n in doc["notes"] if n.startswith("--topology 10gbe read but unused")]
+    assert len(said) == 1 and "no data-parallel collective" in said[0], doc["notes"]
+    rc, doc, err = cli_json(capsys, "whatif", "--json", trace, "--no-trace")
+    assert rc == 0 and not any("read but unused" in n for n in doc["notes"]), err
+    assert main(["whatif", trace, "--topology", "10gbe", "--no-trace"]) == 0  # the text: the note as its own line
+    assert f"note: {said[0]}" in capsys.readouterr().out.splitlines()

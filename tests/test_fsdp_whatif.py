@@ -177,3 +177,18 @@ def test_reduce_dtype_on_the_cli_and_refused_on_a_ddp_profile(capsys):
     assert [r["reduce_dtype"] for r in rows] == ["float32", "bfloat16"] and rows[1]["predicted_iter_ms"] <= rows[0]["predicted_iter_ms"]
     with pytest.raises(DagprofError, match="--reduce-dtype is an FSDP what-if"):
         evaluate(build_graph(read_run(DATA / "run_schema" / "v1")), [Scenario(reduce_dtype="bfloat16")], tolerance_pct=None)
+
+
+def test_reshard_on_says_the_root_kept_gathered_in_the_profile_is_resharded_too(capsys):
+    """``--reshard-after-forward on`` passes True to every unit, the root too: on a profile at ``fully_shard``'s default (the
+    root kept gathered, every other unit resharded) its row is not the profiled setup, and its note says so; off, and a
+    profile whose root already resharded, carry none."""
+    gpt = FSDP / "gpt-ckpt"  # the root kept gathered after forward, h.0 and h.1 resharded
+    on, off = evaluate(graph(gpt), [Scenario(reshard_after_forward=True), Scenario(reshard_after_forward=False)], tolerance_pct=None)["scenarios"]
+    assert on.note and "root" in on.note and off.note is None
+    assert evaluate(graph(RESHARD), [Scenario(reshard_after_forward=True)], tolerance_pct=None)["scenarios"][0].note is None  # root resharded
+    assert main(["whatif", str(gpt), "--reshard-after-forward", "on,off", "--no-trace", "--json", "--allow-model-error"]) == 0
+    rows = json.loads(capsys.readouterr().out)["scenarios"]
+    assert rows[0]["note"] == on.note and "note" not in rows[1]
+    assert main(["whatif", str(gpt), "--reshard-after-forward", "on", "--no-trace", "--allow-model-error"]) == 0
+    assert f"    note: {on.note}" in capsys.readouterr().out.splitlines()

@@ -153,6 +153,8 @@ def to_text(r: dict) -> str:
                      f"{one:>12}{eff:>12}{vs:>12}  median step {row['interval']}"
                      + (" *" if "caveat" in row else "") + (" ~" if "stall_outweighs" in row else "")
                      + (f"  peak {row['peak_memory_mb']:.2f} MiB/rank" if "peak_memory_mb" in row else ""))
+        if "note" in row:  # what the row changes beyond its cells
+            lines.append(f"    note: {row['note']}")
     lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     lines.append(f"  {'median step':<12} the replayed steps' median step (iter ms is their mean) and the interval a run's median step falls in at "

@@ -43,6 +43,7 @@ from ..progress import progress
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT
 from ..units import MB, count
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note
 from .memory import autograd_host
@@ -225,7 +226,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         rows.append(WhatifRow(s, n, interval, it, (n / n0) * model / it, None if eff is None else n / unit * eff, eff,
                               None if not measured_us else 100.0 * (it - measured_us) / measured_us, seconds,
                               caveat=caveat if relinks else None, stall_outweighs=stall, memory_per_rank=peaks or None,
-                              trace=timeline(i, g, res) if timeline else None))
+                              trace=timeline(i, g, res) if timeline else None, note=row_note(g0, s)))
     waiting = waiting_notes(g0, fit, cluster, predicted, model, refuse=tolerance_pct is not None)
     link = None if fit is None else {
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
@@ -237,7 +238,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
             "scenarios": rows,
             "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0, scenarios) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
+            "notes": _unused_link_notes(base_topo, cluster) + _hybrid_notes(g0, scenarios) + _stall_notes(fit, pipelined(g0))
+                     + _conversion_notes(g0, scenarios, cluster)
                      + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
@@ -257,6 +259,28 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "conversion_detail": _conversion_detail(g0, scenarios, cluster),
             "seconds": time.perf_counter() - t0}
+
+
+def row_note(g0: Graph, s: Scenario) -> str | None:
+    """``--reshard-after-forward on`` on an FSDP2 profile whose root was kept gathered after forward (``fully_shard``'s
+    default): the flag reshards the root too, so the row is not the profiled setup even where every other unit resharded
+    (``set_reshard``), which its cell alone does not tell."""
+    if s.reshard_after_forward is not True or s.data_parallel is not None or not is_fsdp_graph(g0) or g0.meta.fsdp.api != FSDP2_API:
+        return None
+    if not any(u.name == FSDP_ROOT and not u.resharded_after_forward for u in g0.meta.fsdp.units):
+        return None
+    return "on reshards the root unit too, which the profile kept gathered after forward (fully_shard's default)"
+
+
+def _unused_link_notes(base_topo: Topology | None, c: Cluster) -> list[str]:
+    """A link given (``--topology``, ``--link-model``) to a trace with no data-parallel collective to price on it
+    (``scenario.measured_comm``: a 1-rank or tensor-parallel-only trace): read, and checked, but unused; said, since the
+    table alone reads as if it were applied."""
+    if base_topo is not None:
+        return []
+    given = [f"{flag} {v}" for flag, v in (("--topology", c.topology), ("--link-model", c.link_model)) if v]
+    return [f"{' and '.join(given)} read but unused: this trace has no data-parallel collective to price on it (its "
+            "collectives, if any, keep their measured times)"] if given else []
 
 
 def _overlap_bound_us(g0: Graph, s: Scenario, c: Cluster, g: Graph, res: ReplayResult) -> float:

@@ -29,6 +29,7 @@ class WhatifRow:
     stall_outweighs: str | None = None  # the row changes the step less than a JAX job's per-array stall moves one
     memory_per_rank: dict[int, MemoryBreakdown] | dict[int, FsdpMemory] | None = None  # each rank at its peak (None: not predicted)
     trace: str | None = None  # the predicted timeline written
+    note: str | None = None  # what the row changes beyond what its cells say (``whatif.row_note``)
 
     @property
     def predicted_iter_ms(self) -> float:
@@ -60,4 +61,6 @@ class WhatifRow:
             row["memory_per_rank"] = {r: m.to_dict() for r, m in self.memory_per_rank.items()}
         if self.trace:
             row["trace"] = self.trace
+        if self.note:
+            row["note"] = self.note
         return row
