@@ -65,6 +65,9 @@ print(json.dumps(out))
 
 def answers(tree: pathlib.Path, data: pathlib.Path, frameworks: str) -> dict:
     """Per vendored run of ``frameworks`` under ``data``: ``tree``'s steps and errors (plain and averaged), or its refusal."""
+    tree, data = tree.resolve(), data.resolve()  # the child runs elsewhere: a relative ``--after .`` had found the installed dagprof
+    if not (tree / "src" / "dagprof").is_dir():
+        raise SystemExit(f"{tree}: no src/dagprof in it")
     path = os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     with tempfile.TemporaryDirectory() as work:  # dagprof writes nothing into the repository from here
         p = subprocess.run([sys.executable, "-c", _CHILD, str(data), frameworks], env={**os.environ, "PYTHONPATH": path},

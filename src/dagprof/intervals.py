@@ -30,3 +30,17 @@ def length(iv: np.ndarray) -> float:
 def covered(start: np.ndarray, end: np.ndarray) -> float:
     """The time the intervals cover together (one overlapping another counted once)."""
     return length(union(start, end))
+
+
+def overlaps(iv: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per query [a[i], b[i]): the time a disjoint, sorted (k, 2) array of intervals (``union``) covers of it."""
+    if not len(iv):
+        return np.zeros(len(a))
+    done = np.concatenate([[0.0], np.cumsum(iv[:, 1] - iv[:, 0])])  # covered before each interval
+
+    def upto(t: np.ndarray) -> np.ndarray:  # covered before t
+        k = np.searchsorted(iv[:, 0], t, side="right")  # intervals begun by t
+        last = np.maximum(k - 1, 0)
+        return np.where(k > 0, done[last] + np.minimum(t, iv[last, 1]) - iv[last, 0], 0.0)
+
+    return np.maximum(upto(np.asarray(b, dtype=np.float64)) - upto(np.asarray(a, dtype=np.float64)), 0.0)

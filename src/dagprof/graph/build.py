@@ -231,6 +231,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
         padded_gathers=dict(run.meta.padded_gathers),
         host_segments={t.rank: t.meta.host_segments for t in run.ranks if t.meta.host_segments is not None},
+        xla_compiles={t.rank: list(t.meta.xla_compiles) for t in run.ranks if t.meta.xla_compiles},
     )
     if run.meta.horovod is not None and run.meta.horovod.peer_waits:
         g = _peer_waits(g, run.meta.horovod.peer_waits)

@@ -245,6 +245,8 @@ class GraphMeta:
     # (passes.padded_gathers prices N workers' padding from them; {}: none, or not recorded)
     padded_gathers: dict[str, PaddedGather] = field(default_factory=dict)
     host_segments: dict[int, HostSegments] = field(default_factory=dict)  # TF/JAX: rank -> its main thread's labelled time (analysis.overhead)
+    # TF/JAX: rank -> when XLA compiled, (start, end) on its clock, us (RankMeta.xla_compiles; passes.average_steps); absent: none
+    xla_compiles: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring

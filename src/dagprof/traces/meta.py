@@ -375,6 +375,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     # unequal row counts sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
     padded_rows: dict[int, list[int]] = {}
     host_segments: HostSegments | None = None  # TF/JAX: the main thread's time as its host ranges label it (None: not read)
+    xla_compiles: list[tuple[float, float]] = []  # TF/JAX: when XLA compiled (start, end), on the rank's clock, us, any thread's
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)
     pid: int | None = None
     cpus: int = 0  # dagprof, MXNet and TF/JAX runs: cores the rank could run on (0: not recorded)

@@ -265,6 +265,7 @@ class _Reader:
         ``compile(jit_compile=True)`` under MultiWorkerMirroredStrategy compiled the train step again in every step, profiled
         or not (2026-12-06, ``bench/frameworks/tf_tft_forecast_fit.py --jit`` on one worker: 6.6 s of a 10.3 s step, the
         unprofiled steps 5.9-27 s, 36 ms without XLA); ``analyze`` had shown it only as "another thread, before other compute op"."""
+        self.compiles = np.zeros((0, 2))
         mids = self.mids(*XLA_COMPILE)
         if not mids:
             return
@@ -276,6 +277,7 @@ class _Reader:
         if not spans:
             return
         span = np.concatenate(spans)
+        self.compiles = union(span[:, 0], span[:, 1])  # threads compiling at once: once (``passes.average_steps`` keeps it per step)
         a = np.maximum(span[:, :1], self.step_start[None, :])
         b = np.minimum(span[:, 1:], self.step_end[None, :])
         per_step = np.clip(b - a, 0, None).sum(0)  # compile time inside each step (threads compiling at once each count)
@@ -593,7 +595,8 @@ class _Reader:
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
                         collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
                         steps_profiled=[int(s) for s in self.step_num], collective_operands_per_step=self.operands_per_step,
-                        padded_rows={int(i): list(v) for i, v in self.padded_rows.items()}, host_segments=self.host_segments)
+                        padded_rows={int(i): list(v) for i, v in self.padded_rows.items()}, host_segments=self.host_segments,
+                        xla_compiles=[(float(a), float(b)) for a, b in self.compiles])
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
