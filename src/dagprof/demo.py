@@ -23,7 +23,7 @@ from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
 from .search.optimize import Options
 from .search.scenario import Scenario
-from .search.shared_cores import TERM
+from .search.shared_cores import NOTED
 from .search.whatif import evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
@@ -121,7 +121,7 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
 def interval_notes(notes: list[str]) -> list[str]:
     """The search's notes that say what its intervals hold beyond the replayed steps: the ``shared_cores`` bounds of the
     demo's own case (gloo ranks on one host's loopback), which widen the table's intervals well past the steps' spread."""
-    return [n for n in notes if f"({TERM})" in n]
+    return [n for n in notes if NOTED in n]
 
 
 def verdict(checked: Checked) -> str:
