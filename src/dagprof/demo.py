@@ -106,7 +106,8 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
     res = found.search
     d = res.to_dict()
     b, best = d["baseline"], d["best"]
-    measured = checked.to_dict() if checked else {}
+    # the measured medians as the predictions beside them are written ("533.7 ms"), not a bare 533.69
+    measured = {k: f"{v:,.1f} ms" for k, v in checked.to_dict().items() if k in ("measured_baseline_ms", "measured_strategy_ms")} if checked else {}
     rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b.get("interval", b["predicted_iter_ms"]), measured.get("measured_baseline_ms", "")],
             ["strategy found" if found.path else "best candidate (not written)", best["buckets"], best["codec"],
              best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
@@ -200,7 +201,8 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
     done = " The demo did: the summary above has what it measured." if checked else ""  # for a warning that asks to measure (--verify)
     warnings = [f"Warning: {w}.{done if '--verify' in w else ''}" for w in found.search.warnings if not w.startswith(BASELINE_WARNING)]
     base = baseline_note(found, prof, checked)
-    inp.optimisation["notes"] = ([notes[0][0].upper() + notes[0][1:] + "."] if notes else []) + [base[0].upper() + base[1:] + "."] \
+    caveats = [f"Caveat: {c}." for c in found.search.to_dict()["caveats"]]  # a lossy strategy's, as the terminal says them
+    inp.optimisation["notes"] = ([notes[0][0].upper() + notes[0][1:] + "."] if notes else []) + caveats + [base[0].upper() + base[1:] + "."] \
         + [f"The intervals: {n}." for n in interval_notes(found.search.notes)] + warnings
     inp.sections.append(("On your own job", NEXT_HTML))
     return inp

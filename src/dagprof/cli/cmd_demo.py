@@ -90,6 +90,7 @@ def to_text(r: dict) -> str:
     return "\n".join(_wrapped(lines))
 
 
+NBSP = "\u00a0"
 WIDTH = 160  # a long line (a finding, the verification's) wraps here, its continuation indented under it
 
 
@@ -97,7 +98,10 @@ def _wrapped(lines: list[str]) -> list[str]:
     out = []
     for ln in lines:
         indent = " " * (len(ln) - len(ln.lstrip(" ")) + 4)
-        out += textwrap.wrap(ln, WIDTH, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False) if len(ln) > WIDTH else [ln]
+        # a figure keeps its unit: "+0.4 %" is not split at its space (textwrap breaks only at ASCII whitespace)
+        out += [w.replace(NBSP, " ") for w in textwrap.wrap(ln.replace(" %", NBSP + "%").replace(" ms", NBSP + "ms"), WIDTH,
+                                                              subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)] \
+            if len(ln) > WIDTH else [ln]
     return out
 
 

@@ -68,7 +68,8 @@ def render(inp: ReportInputs) -> str:
         parts.append(f"<div class='finding warn'><b>warning</b>: {escape(w)}</div>")
     parts.append("<h2>What limits scaling</h2>")
     for f in inp.findings:
-        parts.append(f"<div class='finding'><b>{escape(f.title)}</b> ({f.ms_per_iter:.1f} ms/iter): {escape(f.detail)}</div>")
+        said = f"{f.ms_per_iter:.1f} ms" in f.detail  # the detail gives the figure already: not twice in one line
+        parts.append(f"<div class='finding'><b>{escape(f.title)}</b>{'' if said else f' ({f.ms_per_iter:.1f} ms/iter)'}: {escape(f.detail)}</div>")
     if not inp.findings:
         parts.append("<div class='finding ok'>Nothing stands out: communication is hidden and ranks are balanced.</div>")
 
