@@ -17,7 +17,7 @@ from ..search.scenario import AXES
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from ..traces.steps import step_range
-from ..units import MB
+from ..units import MB, count
 from . import svg
 
 CSS = """
@@ -53,8 +53,9 @@ def render(inp: ReportInputs) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
-    parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.backend or '?'))}, "
-                 f"steps {escape(step_range(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
+    window = f"step {meta.steps[0]}" if len(meta.steps) == 1 else f"steps {escape(step_range(meta.steps))}"  # not "steps 10..10"
+    parts.append(f"<p>{count(len(a.predicted_iter_us), 'rank')}, backend {escape(str(meta.backend or '?'))}, "
+                 f"{window}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
                  f"source <code>{escape(str(inp.source or meta.source or ''))}</code></p>")
     parts.append("<div>")
     if a.measured_us is not None:
@@ -102,7 +103,9 @@ def render(inp: ReportInputs) -> str:
     cp = a.path
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
     parts.append(svg.stacked_bars([("critical path", {k: ms(v) for k, v in cp.by_category.items()})]))
-    parts.append(f"<p>The path crosses rank(s) {', '.join(map(str, cp.ranks_crossed)) or '-'}; its largest ops:</p>")
+    crossed = cp.ranks_crossed
+    on = f"crosses ranks {', '.join(map(str, crossed))}" if len(crossed) > 1 else f"stays on rank {crossed[0]}" if crossed else "crosses no rank"
+    parts.append(f"<p>The path {on}; its largest ops:</p>")
     parts.append(html_table(["op", "ms/iter on the path"], [[name, ms(us)] for name, us in cp.top_ops]))
 
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
