@@ -34,6 +34,14 @@ def test_demo_end_to_end(capsys, tmp_path):
     assert all(len(ln) <= 160 for ln in text), max(text, key=len)
     assert any(ln.startswith("next: open ") and "report.html" in ln for ln in text) and text[-1].startswith("  on your own training: dagprof profile")
     assert any(ln.startswith("scaling outlook (S-SGD") for ln in text)
+    # one point per what-if row, with its interval (issue 20), and every table head and legend in words, not JSON keys
+    rows = [ln for ln in text if ln.startswith("  workers ")]
+    assert len(rows) == len(r["whatifs"]) and all(w["interval"] in ln and ln.count(" ms") == 1 for w, ln in zip(r["whatifs"], rows))
+    assert "predicted step" in html and not any(k in html for k in ("predicted_iter_ms", "speedup_vs_profiled", "lo_ms-hi_ms", "(shared_cores)"))
+    # the search's baseline beside the measured step, said once with its cause; the timeline's collectives named as such
+    said = [ln for ln in text if "the search puts the profiled setup at" in ln]
+    assert len(said) == 1 and "template of one step" in " ".join(text) and r["optimisation"]["baseline_note"][1:] in html.replace("&#x27;", "'")
+    assert ">collectives<" in html and ">group 0<" not in html
 
 
 def test_a_failed_demo_keeps_what_it_wrote_and_names_where(tmp_path):

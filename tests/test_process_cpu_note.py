@@ -39,7 +39,7 @@ def with_cpu(g, cpu_us: float, wait_us: float = 0.0):
 def test_with_the_cpu_the_note_says_own_cores_and_cores_prices_it(graph):
     g = with_cpu(graph, 20_000.0)
     note = process_cpu_note(g, 4, 100_000.0, None)
-    assert note.startswith("--workers 4: each rank is priced on cores of its own, where on vm's 2 cores they would share them")
+    assert note.startswith("--workers 4: each rank is priced on cores of its own, where on the 2 cores of their host (vm) they would share them")
     assert "process used 20.0 ms of CPU a step" in note  # the unprofiled steps' (the window's holds the profiler's)
     assert "4 of them 40% of the 2 cores at the 100.0 ms step predicted" in note
     assert "--cores 2 queues each rank's CPU on them" in note and "at least 40 ms" in note
@@ -48,7 +48,7 @@ def test_with_the_cpu_the_note_says_own_cores_and_cores_prices_it(graph):
 
 def test_without_the_cpu_it_is_said_not_priced(graph):
     note = process_cpu_note(graph, 4, 50_000.0, 2)  # recorded before 2026-12-06: no CPU
-    assert note.startswith("--workers 4 on vm's 2 cores is not priced for ranks that share them: the run did not record")
+    assert note.startswith("--workers 4 on the 2 cores of one host (vm) is not priced for ranks that share them: the run did not record")
     assert "--cores 2 queues only the ops on the lanes" in note
     assert "each rank is priced on cores of its own" in process_cpu_note(graph, 4, 50_000.0, None)
 

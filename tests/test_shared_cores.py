@@ -16,7 +16,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario
-from dagprof.search.shared_cores import TERM, on_shared_cores
+from dagprof.search.shared_cores import NOTED, TERM, on_shared_cores
 from dagprof.search.whatif import evaluate
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
@@ -62,7 +62,7 @@ def test_whatif_json_and_text_say_it(capsys):
     row = json.loads(capsys.readouterr().out)["scenarios"][0]
     assert TERM in row["interval_basis"]["terms"] and row["lo_ms"] < row["predicted_median_ms"] < row["hi_ms"]
     assert main(["whatif", str(LOOPBACK), "--bucket-mb", "5", "--allow-model-error", "--no-trace"]) == 0
-    assert "include the shared-cores bounds (shared_cores)" in capsys.readouterr().out
+    assert "include the shared-cores bounds:" in capsys.readouterr().out
 
 
 def test_whatif_puts_the_bounds_the_testbed_cell_puts():
@@ -116,7 +116,7 @@ def test_optimize_prices_the_bounds_for_both_ends_search_unchanged(loopback):
     assert all(above > 0 and below >= 0 for above, below in on.shared_cores.values())
     assert on.best.candidate == off.best.candidate and on.best.iter_us == off.best.iter_us and on.baseline.iter_us == off.baseline.iter_us
     assert on.intervals == off.intervals  # the search's own intervals: the bounds are added after the level (find_strategy)
-    assert sum("include the shared-cores bounds (shared_cores)" in n for n in on.notes) == 1
+    assert sum("include the shared-cores bounds:" in n for n in on.notes) == 1
     assert not any("shared-cores bounds" in n for n in off.notes)
 
 
@@ -154,7 +154,7 @@ def test_optimize_json_and_text_say_it(capsys):
     r = json.loads(capsys.readouterr().out)
     for end in ("baseline", "best"):
         assert TERM in r[end]["interval_basis"]["terms"] and r[end]["lo_ms"] < r[end]["predicted_iter_ms"] < r[end]["hi_ms"]
-    assert "include the shared-cores bounds (shared_cores)" in to_text(r)
+    assert "include the shared-cores bounds:" in to_text(r)
 
 
 def test_the_demos_optimisation_text_says_it():
@@ -172,7 +172,8 @@ def test_the_demos_optimisation_text_says_it():
     lines = to_text(r).splitlines()
     best = "the strategy" if r["optimisation"]["strategy_file"] else "the best candidate (not written)"  # no file: no strategy named
     assert any(ln.startswith("  predicted ") and f"per step with {best}; profiled setup" in ln for ln in lines)
-    assert sum(ln.startswith("  note: ") and f"include the shared-cores bounds ({TERM})" in ln for ln in lines) == 1
+    assert sum(ln.startswith("  note: ") and NOTED in ln for ln in lines) == 1
+    assert not any("(shared_cores)" in ln or "vm's" in ln for ln in lines)  # no internal term, no "host vm's"
 
 
 def test_optimize_takes_no_bounds_on_a_named_wire(capsys):

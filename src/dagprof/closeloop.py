@@ -95,6 +95,9 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     return Found(prof, res, strategy, path, opts.link_model, opts.profiled_bandwidth)
 
 
+BASELINE_WARNING = "the search's model gives the profiled setup"  # how check_baseline's warning begins (the demo says it in its own line)
+
+
 def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | None, share: float, statistic: StepStatistic) -> None:
     """Set the search model's error on the profiled setup, and warn when it is beyond what ``whatif`` accepts.
 
@@ -110,7 +113,7 @@ def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | No
     ref = measured_us * (1.0 - share)  # the job without the profiler, as the search's op times are (unless --raw)
     res.model_error_pct = err = 100.0 * (res.baseline.iter_us - ref) / ref
     if abs(err) > MODEL_TOLERANCE_PCT:
-        res.warnings.append(f"the search's model gives the profiled setup {res.baseline.iter_us / 1e3:.1f} ms/step, measured "
+        res.warnings.append(f"{BASELINE_WARNING} {res.baseline.iter_us / 1e3:.1f} ms/step, measured "
                             f"{ref / 1e3:.1f} ms{' less the profiler' if share else ''} ({statistic.value} step both; {err:+.1f} %, "
                             f"more than {MODEL_TOLERANCE_PCT:g} %): the predicted times inherit that error; measure the strategy before "
                             "trusting its gain (--verify)")

@@ -14,7 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy, hosts
+from .analysis.interval import StepStatistic, measured_step_us
+from .closeloop import BASELINE_WARNING, Checked, Found, check_strategy, defaults_stand, find_strategy, hosts
 from .collect.jobs.verify import ROUNDS
 from .costmodel import preset
 from .errors import DagprofError
@@ -23,8 +24,8 @@ from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
 from .search.optimize import Options
 from .search.scenario import Scenario
-from .search.shared_cores import TERM
-from .search.whatif import evaluate
+from .search.shared_cores import NOTED
+from .search.whatif import MODEL_TOLERANCE_PCT, evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
 from .units import MB
@@ -105,7 +106,8 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
     res = found.search
     d = res.to_dict()
     b, best = d["baseline"], d["best"]
-    measured = checked.to_dict() if checked else {}
+    # the measured medians as the predictions beside them are written ("533.7 ms"), not a bare 533.69
+    measured = {k: f"{v:,.1f} ms" for k, v in checked.to_dict().items() if k in ("measured_baseline_ms", "measured_strategy_ms")} if checked else {}
     rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b.get("interval", b["predicted_iter_ms"]), measured.get("measured_baseline_ms", "")],
             ["strategy found" if found.path else "best candidate (not written)", best["buckets"], best["codec"],
              best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
@@ -118,10 +120,30 @@ def _optimisation(found: Found, checked: Checked | None) -> dict:
     return {"table_columns": columns, "table": rows, "summary": summary}
 
 
+def baseline_note(found: Found, prof: Profiled, checked: Checked | None) -> str:
+    """Why the profiled setup's step is one figure in the headline, another in the search and a third in the rounds, in
+    one line: the search prices every candidate on its own template of a step (``search.evaluate``) and sums the
+    replayed steps by its statistic (a median step for DDP), held against the profiled steps' alike (``check_baseline``,
+    whose warning this line says in words); the rounds are fresh runs of the job, hooks only, without Kineto."""
+    res = found.search
+    mean_us = prof.analysis.measured_us
+    typical_us, statistic = measured_step_us(prof.graph, res.step_statistic)
+    text = (f"the search puts the profiled setup at {res.baseline.iter_us / 1e3:.1f} ms per step: it replays a template of one step "
+            f"(each op at its typical time) and takes the {statistic.value} step")
+    if typical_us is not None and res.model_error_pct is not None:
+        text += f", {res.model_error_pct:+.1f} % off the profiled steps' {statistic.value} ({typical_us / 1e3:.1f} ms"
+        text += f"; their mean, measured above, {mean_us / 1e3:.1f} ms)" if statistic is StepStatistic.MEDIAN and mean_us else ")"
+        if abs(res.model_error_pct) > MODEL_TOLERANCE_PCT:
+            text += f", beyond {MODEL_TOLERANCE_PCT:g} %, so its predictions carry that error"
+    if checked:
+        text += f"; the rounds' {checked.to_dict()['measured_baseline_ms']:.1f} ms are fresh runs of the job without Kineto (hooks only)"
+    return text
+
+
 def interval_notes(notes: list[str]) -> list[str]:
     """The search's notes that say what its intervals hold beyond the replayed steps: the ``shared_cores`` bounds of the
     demo's own case (gloo ranks on one host's loopback), which widen the table's intervals well past the steps' spread."""
-    return [n for n in notes if f"({TERM})" in n]
+    return [n for n in notes if NOTED in n]
 
 
 def verdict(checked: Checked) -> str:
@@ -177,8 +199,10 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
     inp.source = "run"  # the staged folder the graph names moves to the output folder when the demo ends
     # one line each under the summary, not one paragraph of five sentences
     done = " The demo did: the summary above has what it measured." if checked else ""  # for a warning that asks to measure (--verify)
-    warnings = [f"Warning: {w}.{done if '--verify' in w else ''}" for w in found.search.warnings]
-    inp.optimisation["notes"] = ([notes[0][0].upper() + notes[0][1:] + "."] if notes else []) \
+    warnings = [f"Warning: {w}.{done if '--verify' in w else ''}" for w in found.search.warnings if not w.startswith(BASELINE_WARNING)]
+    base = baseline_note(found, prof, checked)
+    caveats = [f"Caveat: {c}." for c in found.search.to_dict()["caveats"]]  # a lossy strategy's, as the terminal says them
+    inp.optimisation["notes"] = ([notes[0][0].upper() + notes[0][1:] + "."] if notes else []) + caveats + [base[0].upper() + base[1:] + "."] \
         + [f"The intervals: {n}." for n in interval_notes(found.search.notes)] + warnings
     inp.sections.append(("On your own job", NEXT_HTML))
     return inp
@@ -194,7 +218,8 @@ def _summary(prof: Profiled, found: Found, checked: Checked | None, files: dict,
         "critical_path_per_iter": a["critical_path_per_iter"],
         "findings": [f.to_dict() for f in prof.findings],
         "warnings": prof.warnings,
-        "optimisation": found.search.to_dict() | {"strategy_file": found.path, "applied": checked.to_dict() if checked else None}
+        "optimisation": found.search.to_dict() | {"strategy_file": found.path, "applied": checked.to_dict() if checked else None,
+                                                  "baseline_note": baseline_note(found, prof, checked)}
                         | ({} if found.path else {"summary": defaults_stand(found.search)}),
         "files": files | {"run": run_dir} | ({"strategy": found.path} if found.path else {}),
     }

@@ -61,7 +61,8 @@ def _overhead_lines(parts: dict[str, float], top: int = 8) -> list[str]:
     """The overhead's largest parts (``analysis.overhead``), the rest summed."""
     shown = [f"    {k:<60} {v:8.2f} ms" for k, v in list(parts.items())[:top] if v >= 0.005]
     rest = list(parts.values())[top:]
-    return shown + ([f"    {f'the rest ({len(rest)} kinds)':<60} {sum(rest):8.2f} ms"] if rest else [])
+    rest_label = f"the rest ({count(len(rest), 'kind')})"
+    return shown + ([f"    {rest_label:<60} {sum(rest):8.2f} ms"] if rest else [])
 
 
 def _inside_mb(d: dict) -> str:

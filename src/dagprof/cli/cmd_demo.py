@@ -71,18 +71,18 @@ def to_text(r: dict) -> str:
     labels = [", ".join(f"{k.replace('_', ' ')} {w[k]}" for k in ("workers", "bandwidth", "compute_speed") if w[k] is not None) for w in r["whatifs"]]
     width = max(map(len, labels), default=0)
     for what, w in zip(labels, r["whatifs"]):
-        lines.append(f"  {what:<{width}} {w['predicted_iter_ms']:9.1f} ms  x profiled {w['speedup_vs_profiled']:7.2f}  "
+        lines.append(f"  {what:<{width}}  {w['interval']:>26}  x profiled {w['speedup_vs_profiled']:7.2f}  "
                      f"efficiency {w['scaling_efficiency']:.2f}")
     o = r["optimisation"]
-    lines.append("  (ms per iteration; x profiled: throughput over the profiled run's; efficiency: over N x one worker's, "
-                 "1.0 = linear; compute speed 2: 2x faster)")
+    lines.append("  (per step: the replayed steps' median, and the range a run's median step should fall in, 90 % of runs; "
+                 "x profiled: throughput over the profiled run's; efficiency: over N x one worker's, 1.0 = linear; compute speed 2: 2x faster)")
     lines += _outlook_lines(r.get("scaling_outlook") or {})
     lines.append(f"optimisation ({count(o['candidates_replayed'], 'candidate')} replayed): {o['summary']}")
     lines += [f"  caveat: {c}" for c in o["caveats"]]
     if "interval" in o["best"]:
         best = "with the strategy" if o.get("strategy_file") else "with the best candidate (not written)"
         lines.append(f"  predicted {o['best']['interval']} per step {best}; profiled setup {o['baseline']['interval']}")
-    lines += [f"  note: {n}" for n in interval_notes(o["notes"])]
+    lines += [f"  note: {n}" for n in [o["baseline_note"], *interval_notes(o["notes"])]]
     if o["applied"]:
         lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]
     lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]
@@ -90,6 +90,7 @@ def to_text(r: dict) -> str:
     return "\n".join(_wrapped(lines))
 
 
+NBSP = "\u00a0"
 WIDTH = 160  # a long line (a finding, the verification's) wraps here, its continuation indented under it
 
 
@@ -97,7 +98,10 @@ def _wrapped(lines: list[str]) -> list[str]:
     out = []
     for ln in lines:
         indent = " " * (len(ln) - len(ln.lstrip(" ")) + 4)
-        out += textwrap.wrap(ln, WIDTH, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False) if len(ln) > WIDTH else [ln]
+        # a figure keeps its unit: "+0.4 %" is not split at its space (textwrap breaks only at ASCII whitespace)
+        out += [w.replace(NBSP, " ") for w in textwrap.wrap(ln.replace(" %", NBSP + "%").replace(" ms", NBSP + "ms"), WIDTH,
+                                                              subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)] \
+            if len(ln) > WIDTH else [ln]
     return out
 
 

@@ -210,7 +210,7 @@ def verification_lines(v: dict) -> list[str]:
             *([f"  {v['searched_profile_rank_load']}"] if v.get("searched_profile_rank_load") else []),
             *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
                f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"
-               + (f" (with the shared-cores bounds, {TERM}: see the note)" if TERM in v["predicted_strategy"]["interval_basis"]["terms"] else "")]
+               + (" (with the shared-cores bounds: see the note)" if TERM in v["predicted_strategy"]["interval_basis"]["terms"] else "")]
               if v.get("predicted_strategy") else []),
             *(["  where the strategy run departed from the model:"] + [f"    {ln}" for ln in v["where_it_departs"]]
               if v["where_it_departs"] else []),

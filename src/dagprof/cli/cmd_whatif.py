@@ -127,9 +127,16 @@ def _evaluate(args, folder: str | None) -> dict:
         "partial": prof.run.meta.partial, "warnings": prof.warnings, "warnings_per_rank": prof.rank_warnings}
 
 
-_SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines them
-    "predicted_iter_ms": "iter ms", "iters_per_s": "iter/s", "speedup_vs_profiled": "x profiled",
-    "speedup_vs_one_worker": "x 1 worker", "scaling_efficiency": "scaling eff", "vs_measured_pct": "vs measured",
+_SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines them. One point per row: the interval's
+    # (the median step, issue 20); the mean step and its rate stay in --json (predicted_iter_ms, iters_per_s)
+    "speedup_vs_profiled": "x profiled", "speedup_vs_one_worker": "x 1 worker", "scaling_efficiency": "scaling eff",
+    "vs_measured_pct": "vs measured",
+}
+_WORDS = {  # the legend of each heading in words (``COLUMNS`` names the --json keys)
+    "x profiled": "throughput (workers / step time, mean steps) over the profiled run's, both replayed; above 1: more samples/s than now",
+    "x 1 worker": "throughput over ONE worker's under the same conditions: workers x scaling eff",
+    "scaling eff": "weak scaling: one worker's step time over this one's, same conditions; 1.0 = linear, lower: the cost of scale",
+    "vs measured": "the predicted mean step against the profiled run's measured one (less the profiler's cost unless --raw), % (+ = slower)",
 }
 
 
@@ -149,17 +156,16 @@ def to_text(r: dict) -> str:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         one, eff = ("n/a", "n/a") if row["scaling_efficiency"] is None else (f"{row['speedup_vs_one_worker']:.1f}", f"{row['scaling_efficiency']:.2f}")
-        lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{one:>12}{eff:>12}{vs:>12}  median step {row['interval']}"
+        lines.append(f"{cells}{row['speedup_vs_profiled']:>12.2f}{one:>12}{eff:>12}{vs:>12}  median step {row['interval']}"
                      + (" *" if "caveat" in row else "") + (" ~" if "stall_outweighs" in row else "")
                      + (f"  peak {row['peak_memory_mb']:.2f} MiB/rank" if "peak_memory_mb" in row else ""))
         if "note" in row:  # what the row changes beyond its cells
             lines.append(f"    note: {row['note']}")
     lines += [f"note: {n}" for n in r.get("notes", [])]
-    lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
-    lines.append(f"  {'median step':<12} the replayed steps' median step (iter ms is their mean) and the interval a run's median step falls in at "
-                 "the level shown (single steps spread wider; load that moves after the profile is not in it; how it is built: "
-                 "docs/usage.md, intervals)")
+    lines += ["where:"] + [f"  {h:<12} {_WORDS[h]}" for h in _SHORT.values()]
+    lines += [f"  {'median step':<12} the replayed steps' median step, and the range a run's median step falls in, how often in brackets "
+              "(90 %: nine runs in ten)", f"  {'':<12} single steps spread wider; load that moves after the profile is not in it "
+              "(docs/usage.md, intervals; --json has the mean step too)"]
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
         lines.append(f"predicted timelines: {shown(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))

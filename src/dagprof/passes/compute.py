@@ -163,7 +163,7 @@ def server_cores_note(g: Graph, servers: int) -> str | None:
     busy = sum(b.busy_us for b in ps.server_busy) / max(len({b.step for b in ps.server_busy}), 1) / max(ps.num_servers, 1)
     step = float(np.mean(list(g.meta.measured_iter_us.values())))
     return (f"ps:{servers}: the prediction gives each server a core of its own, its updates at once with the others'; {ranks} workers "
-            f"were profiled on {host}'s {cores} cores, fewer than they and {servers} servers, and a profiled server was busy "
+            f"were profiled on the {cores} cores of one host ({host}), fewer than they and {servers} servers, and a profiled server was busy "
             f"{busy / 1e3:.1f} ms of each {step / 1e3:.1f} ms step (wall time, its waits for a core in it): where the servers share "
             "those cores, a split onto more of them adds no cores and the updates run no faster than the profile's")
 
@@ -195,7 +195,7 @@ def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str 
         over = f"; at the {step_us / 1e3:.1f} ms step predicted for {workers} workers they would need {workers * cpu / step_us / cores:.0%} of the cores"
         if workers * cpu > cores * step_us:
             over += f": on {host} the cores are oversubscribed and bound the step (at least {workers * cpu / cores / 1e3:.0f} ms)"
-    return (f"{head}: {ranks} workers were profiled on {host}'s {cores} cores, where {workers} would share them; {used}, the servers "
+    return (f"{head}: {ranks} workers were profiled on the {cores} cores of one host ({host}), where {workers} would share them; {used}, the servers "
             f"busy {busy / 1e3:.1f} ms per step{over}; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
             "computing in lockstep)")
 
@@ -221,7 +221,7 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     if cpu is None:
         how = (f"--cores {cores} queues only the ops on the lanes, at their profiled times, and leaves the collective executor's, "
                "gRPC's and the runtime's threads off the cores" if cores else "each rank is priced on cores of its own")
-        return (f"--workers {workers} on {host}'s {group.cores} cores is not priced for ranks that share them: the run did not record "
+        return (f"--workers {workers} on the {group.cores} cores of one host ({host}) is not priced for ranks that share them: the run did not record "
                 f"its ranks' process CPU a step (profile again with this dagprof to have --cores price it); {how}")
     if cores:
         return None
@@ -230,7 +230,7 @@ def process_cpu_note(g: Graph, workers: int, step_us: float | None, cores: int |
     lane_us = float(g.dur[work].sum()) / n0 / max(len(g.meta.steps), 1)
     need = (f", {workers} of them {workers * most / step_us / group.cores:.0%} of the {group.cores} cores at the {step_us / 1e3:.1f} ms "
             "step predicted" if step_us else "")
-    return (f"--workers {workers}: each rank is priced on cores of its own, where on {host}'s {group.cores} cores they would share them: "
+    return (f"--workers {workers}: each rank is priced on cores of its own, where on the {group.cores} cores of their host ({host}) they would share them: "
             f"each {g.meta.framework} rank's process used {most / 1e3:.1f} ms of CPU a step when profiled, its lanes {lane_us / 1e3:.1f} ms "
             f"of op time{need}; --cores {group.cores} queues each rank's CPU on them (the step at least "
             f"{workers * most / group.cores / 1e3:.0f} ms where the cores bound it)")

@@ -12,11 +12,12 @@ from ..analysis.critical_path import category
 from ..analysis.findings import Finding
 from ..analysis.parallelism import INSIDE_OPS
 from ..fsutil import atomic_open
-from ..search.whatif import COLUMNS as WHATIF_COLUMNS
+from ..graph.dag import DeviceKind, Graph
+from ..search.scenario import AXES
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from ..traces.steps import step_range
-from ..units import MB
+from ..units import MB, count
 from . import svg
 
 CSS = """
@@ -52,8 +53,9 @@ def render(inp: ReportInputs) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
-    parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.backend or '?'))}, "
-                 f"steps {escape(step_range(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
+    window = f"step {meta.steps[0]}" if len(meta.steps) == 1 else f"steps {escape(step_range(meta.steps))}"  # not "steps 10..10"
+    parts.append(f"<p>{count(len(a.predicted_iter_us), 'rank')}, backend {escape(str(meta.backend or '?'))}, "
+                 f"{window}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
                  f"source <code>{escape(str(inp.source or meta.source or ''))}</code></p>")
     parts.append("<div>")
     if a.measured_us is not None:
@@ -67,7 +69,8 @@ def render(inp: ReportInputs) -> str:
         parts.append(f"<div class='finding warn'><b>warning</b>: {escape(w)}</div>")
     parts.append("<h2>What limits scaling</h2>")
     for f in inp.findings:
-        parts.append(f"<div class='finding'><b>{escape(f.title)}</b> ({f.ms_per_iter:.1f} ms/iter): {escape(f.detail)}</div>")
+        said = f"{f.ms_per_iter:.1f} ms" in f.detail  # the detail gives the figure already: not twice in one line
+        parts.append(f"<div class='finding'><b>{escape(f.title)}</b>{'' if said else f' ({f.ms_per_iter:.1f} ms/iter)'}: {escape(f.detail)}</div>")
     if not inp.findings:
         parts.append("<div class='finding ok'>Nothing stands out: communication is hidden and ranks are balanced.</div>")
 
@@ -100,7 +103,9 @@ def render(inp: ReportInputs) -> str:
     cp = a.path
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
     parts.append(svg.stacked_bars([("critical path", {k: ms(v) for k, v in cp.by_category.items()})]))
-    parts.append(f"<p>The path crosses rank(s) {', '.join(map(str, cp.ranks_crossed)) or '-'}; its largest ops:</p>")
+    crossed = cp.ranks_crossed
+    on = f"crosses ranks {', '.join(map(str, crossed))}" if len(crossed) > 1 else f"stays on rank {crossed[0]}" if crossed else "crosses no rank"
+    parts.append(f"<p>The path {on}; its largest ops:</p>")
     parts.append(html_table(["op", "ms/iter on the path"], [[name, ms(us)] for name, us in cp.top_ops]))
 
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
@@ -111,10 +116,7 @@ def render(inp: ReportInputs) -> str:
         parts.append(f"<div class='finding'>{escape(inp.whatif_refused)}</div>")
     if inp.whatifs:
         parts.append("<h2>What if</h2>")
-        cols = [k for k in inp.whatifs[0] if not isinstance(inp.whatifs[0][k], (dict, list))]
-        parts.append(html_table(cols, [[w.get(c) for c in cols] for w in inp.whatifs]))
-        defined = "".join(f"<li><code>{escape(c)}</code>: {escape(WHATIF_COLUMNS[c])}</li>" for c in cols if c in WHATIF_COLUMNS)
-        parts.append(f"<p>Predicted from this one profile; an empty cell is as profiled.</p><ul class='legend'>{defined}</ul>")
+        parts.append(whatif_table(inp.whatifs))
     if inp.optimisation:
         o = inp.optimisation
         parts.append("<h2>Optimisation</h2>")
@@ -156,6 +158,29 @@ def html_table(head: list[str], rows: list[list]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
+# a what-if row's prediction as a person reads it: one point per row, the interval around it (the mean step, the
+# interval's bounds and level stay in --json); each head and its line of the legend in words, not the row's JSON keys
+WHATIF_SHOWN = {
+    "interval": ("predicted step", "the median of the replayed steps, and in brackets the range a run's median step should fall "
+                                   "in, with how often (90 %: nine runs in ten); single steps spread wider"),
+    "speedup_vs_profiled": ("x profiled", "throughput (workers / step time, mean steps) over the profiled run's, both replayed; "
+                                          "above 1: more samples per second than now"),
+    "scaling_efficiency": ("scaling efficiency", "one worker's step time over this one's, same conditions; 1.0 = linear, lower: "
+                                                 "the cost of scale"),
+}
+
+
+def whatif_table(rows: list[dict]) -> str:
+    """The what-if rows: the scenario's settings (an empty cell is as profiled), then ``WHATIF_SHOWN``, with its legend."""
+    axes = [k for k in rows[0] if k in {a.name for a in AXES}]
+    shown = [k for k in WHATIF_SHOWN if k in rows[0]]
+    table = html_table([k.replace("_", " ") for k in axes] + [WHATIF_SHOWN[k][0] for k in shown],
+                       [[w.get(k) for k in axes + shown] for w in rows])
+    legend = "".join(f"<li><b>{escape(WHATIF_SHOWN[k][0])}</b>: {escape(WHATIF_SHOWN[k][1])}</li>" for k in shown)
+    return (f"{table}<p>Predicted from this one profile; an empty setting is as profiled (compute speed 2: a device twice as fast)."
+            f"</p><ul class='legend'>{legend}</ul>")
+
+
 def timeline_svg(a: Analysis) -> str:
     """The middle profiled step of the replay as a gantt, one row per device plus the critical path."""
     g, res = a.graph, a.result
@@ -174,7 +199,19 @@ def timeline_svg(a: Analysis) -> str:
         idx = np.flatnonzero(sel & (g.device == d))
         cats = [category(g.kind[v]) for v in idx]
         tips = [f"{g.node_name(v)} {g.dur[v] / 1e3:.2f} ms{' (critical path)' if on_path[v] else ''}" for v in idx]
-        rows.append((g.devices[d].name, res.start[idx], res.end[idx], cats, tips))
+        rows.append((_lane_label(g, d), res.start[idx], res.end[idx], cats, tips))
     crit = np.flatnonzero(sel & on_path & (g.kind != Kind.STEP))
     rows.append(("critical path", res.start[crit], res.end[crit], [category(g.kind[v]) for v in crit], [g.node_name(v) for v in crit]))
     return f"<p>Step {step}, as replayed; hover for op names.</p>" + svg.gantt(rows, t0, t1)
+
+
+def _lane_label(g: Graph, d: int) -> str:
+    """A timeline row's name as the Perfetto traces name it: ``rank 0: thread 8896 (main)`` for ``rank0/thread 8896
+    (main)``, and the shared collectives' channel (``group 0``, a process group's id) ``collectives``, with its group
+    only where the job has several."""
+    dev = g.devices[d]
+    if dev.kind == DeviceKind.COMM and dev.rank < 0:
+        several = sum(x.kind == DeviceKind.COMM and x.rank < 0 for x in g.devices) > 1
+        return f"collectives ({dev.name})" if several else "collectives"
+    head, sep, rest = dev.name.partition("/")
+    return f"rank {head[4:]}: {rest}" if sep and head.startswith("rank") and head[4:].isdigit() else dev.name

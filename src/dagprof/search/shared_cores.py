@@ -20,6 +20,7 @@ from .measured import overlap_of
 from .scenario import Cluster, Scenario, undisturb
 
 TERM = "shared_cores"
+NOTED = "include the shared-cores bounds:"  # how ``shared_cores_note`` begins its reason (the demo picks the note out by it)
 
 
 class CoreBounds(NamedTuple):
@@ -97,7 +98,7 @@ def shared_cores_note(g0: Graph, rows: int, total: int, c: Cluster) -> str:
     measured = c.link_model is not None and comm_slowdown_beside(g0, c.link_model) != core_bound_slowdown(g0)
     by = f"as --link-model measured ({comm_slowdown_beside(g0, c.link_model):.2f} per unit of overlap)" if measured else \
         f"up to {1 + core_bound_slowdown(g0):g}x, the cores' bound"
-    return (f"{count(rows, 'interval')} of {total} include the shared-cores bounds ({TERM}): the {count(ranks, 'rank')} shared "
-            f"host {host}'s {count(cores, 'core')}: their collectives are their own CPU work, priced by a link timed alone; "
+    return (f"{count(rows, 'interval')} of {total} {NOTED} the {count(ranks, 'rank')} shared the {count(cores, 'core')} of one "
+            f"host ({host}): their collectives are their own CPU work, priced by a link timed alone; "
             f"beside the compute both run slower ({by}: the high end), which the point leaves out"
             + ("" if c.slowdown else ", and the profile's compute may hold it already (the low end)"))

@@ -650,4 +650,9 @@ def link_text(t: Topology | None) -> str:
     # the model's hosts are the ends of its link, not the machines the ranks ran on (a loopback job's ranks shared one)
     ends = (f"{count(t.hosts, 'rank')}, one per end of the link" if t.devices_per_host == 1
             else f"{count(t.hosts, 'link end')} of {count(t.devices_per_host, 'rank')}")
-    return f"{ends}, link {rate}, latency {ab.alpha_us:.3g} us, {t.overhead_us:.3g} us per collective"
+    return f"{ends}, link {rate}, latency {_us(ab.alpha_us)} us, {_us(t.overhead_us)} us per collective"
+
+
+def _us(v: float) -> str:
+    """Three digits as a person writes them: ``1,840`` (not ``1.84e+03``), ``12.5``, ``0``."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"

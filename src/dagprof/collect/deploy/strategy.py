@@ -145,11 +145,12 @@ class Strategy(msgspec.Struct, frozen=True):
         return self.compression.lossy or (self.fsdp is not None and self.fsdp.lossy)
 
     def summary(self) -> str:
-        """One plain line: "buckets at layers a|b|c, fp16 hook: predicted 630 -> 470 ms (-25 %)"."""
+        """One plain line: "3 buckets ending at a, b and c, fp16 hook: predicted 630 -> 470 ms (-25 %)" (layer names in words,
+        not a ``|``-joined list a reader takes for one name)."""
         parts = []
         if self.buckets is not None:
             ends = [b.layers[-1] if b.layers else b.params[-1].rpartition(".")[0] for b in self.buckets]
-            parts.append(f"{count(len(self.buckets), 'bucket')} ending at layers {'|'.join(ends)}")
+            parts.append(f"{count(len(self.buckets), 'bucket')} ending at {_listed(ends)}")
         if self.compression.lossy:
             parts.append(self.compression.label())
         if self.partition > 1:
@@ -200,3 +201,8 @@ def load_strategy(path: str | os.PathLike[str]) -> Strategy:
     """The strategy in ``path``; a missing, foreign, damaged or newer file is a one-line ``DagprofError`` naming it."""
     return read_versioned(path, Strategy, FORMAT, range(MIN_VERSION, VERSION + 1), "dagprof strategy file",
                           "run dagprof optimize again")
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: names as a sentence lists them."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
