@@ -324,7 +324,7 @@ def own_pairs(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: 
 
 
 def own_call_bytes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,
-              outside: list[tuple[CommKind, int]] = ()) -> list[int]:
+                   outside: list[tuple[CommKind, int]] = ()) -> list[int]:
     """The bytes (``CommKind.event_bytes``) of each of ``inside`` whose call the collector recorded (``own_pairs``), 0 for
     the others: for the breakdown by dimension (``in_op_groups``), also where the transfer ended before its wait began."""
     out = [0] * len(inside)

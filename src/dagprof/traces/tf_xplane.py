@@ -103,6 +103,8 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
 
 
 _MERGED = ("an epoch ends inside the window", "XLA compiled programs inside")  # per-rank warnings said once for the job
+
+
 def merge_rank_figures(ranks: list[RankTrace]) -> None:
     """Say once for the job what every rank sees in the same words but its own figures (an epoch's end inside the window:
     12283 and 12285 ms between the epochs; XLA's compiles inside the steps): each such warning (``_MERGED``) is rewritten
