@@ -4,9 +4,9 @@ Runs no job: ``bench_optimize.py --repredict`` of each kept folder (``--keep``) 
 per folder; then the two sides compared cell by cell (the optimizer's headline on the searched profile and each round's
 error from its own profile of the defaults, against the same measured rounds):
 
-    python bench/psgd_judge.py run --src /work/main/src --out /tmp/j/before KEPT [KEPT ...]
-    python bench/psgd_judge.py run --src src --out /tmp/j/after KEPT [KEPT ...]
-    python bench/psgd_judge.py compare /tmp/j/before /tmp/j/after [--family embed=psgdcontend_embed,...]
+    python bench/psgd_judge.py run --src BEFORE/src --out OUT/before KEPT [KEPT ...]
+    python bench/psgd_judge.py run --src src --out OUT/after KEPT [KEPT ...]
+    python bench/psgd_judge.py compare OUT/before OUT/after [--family embed=psgdcontend_embed,...]
 
 ``compare`` prints per cell the headline and the per-round median error before -> after, how many rounds moved toward
 their measurement and the largest move, then the keep rule's three readings (docs/evidence.md, branch psgdemb59): the
@@ -22,13 +22,18 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def name_of(kept: str) -> str:
-    return kept.rstrip("/").replace("/tmp/", "").replace("/", "_")
+    """A kept folder's key: its path below the temporary folder, else its path, joined by ``_`` (``/tmp/psgdcontend/embed``
+    -> ``psgdcontend_embed``, the name ``--family`` gives)."""
+    path = os.path.abspath(kept)
+    below = os.path.relpath(path, tempfile.gettempdir())
+    return (path.lstrip(os.sep) if below.startswith("..") else below).replace(os.sep, "_")
 
 
 def run_side(src: str, out: str, kept: list[str]) -> int:

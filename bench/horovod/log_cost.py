@@ -4,9 +4,9 @@ Horovod reads ``HOROVOD_LOG_LEVEL`` once, at its first message, so the level ``d
 job, not the profiled window alone. Jobs of a ``bench/frameworks`` Horovod script, profiled as ``bench_frameworks.py``
 profiles them, alternate between the log (dagprof sets the level) and none (the job's own ``HOROVOD_LOG_LEVEL=warning``,
 which dagprof leaves alone); per job its median profiled step and the median of its unprofiled steps (the slowest
-rank's, past the warm-up: ``shaped_loopback.measured``). Run it under the measuring lock:
+rank's, past the warm-up: ``shaped_loopback.measured``). Run it with nothing else on the cores:
 
-    DAGPROF_HOROVOD_VENV=/work/venvs/hvd flock /tmp/dagprof-measure.lock python bench/horovod/log_cost.py --only hvd_sparse_gru --pairs 3
+    DAGPROF_HOROVOD_VENV=VENV python bench/horovod/log_cost.py --only hvd_sparse_gru --pairs 3
 """
 from __future__ import annotations
 
