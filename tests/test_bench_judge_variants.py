@@ -44,7 +44,7 @@ def test_base_rows_are_judge_pairs_rows_and_a_rerun_skips_the_judged(tmp_path):
 
 def test_the_run_queue_variant_prices_each_wake_up_beyond_the_quiet_wait():
     g = open_run(DATA / "lora-clip" / "ddp-0").graph  # records how often the training thread got a core
-    queue = judge_variants.run_queue_wake(g)
+    queue = data_parallel.run_queue_wake(g)
     assert data_parallel.priced_wake_up(g, None) is None  # the tree: each call's measured cost holds its wake-ups
     with judge_variants.variant("rq70"):
         priced = data_parallel.priced_wake_up(g, None)

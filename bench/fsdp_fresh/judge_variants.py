@@ -24,7 +24,6 @@ import dataclasses
 import glob
 import io
 import json
-import math
 import os
 import re
 import sys
@@ -36,25 +35,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from judge_pairs import WITHIN_PCT, pairs_of  # noqa: E402
-
-
-def run_queue_wake(g):
-    """``wake_up``'s schedstat price of the DDP profile ``g`` alone (each rank's run-queue wait per run over its profiled
-    steps), None where the runs were not recorded."""
-    from dagprof.graph.meta import WakeFrom, WakeUp
-    loop = g.meta.loop_steps
-    if loop is None:
-        return None
-    out, total, ratios = {}, 0, []
-    for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
-        steps = [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
-        runs = sum(x.runs or 0 for x in steps if x is not None)
-        if not steps or any(x is None or x.runs is None for x in steps) or runs <= 0:
-            return None
-        out[r], total = sum(x.wait_us for x in steps) / runs, total + runs
-        ratios += [x.wait_us / x.runs for x in steps if x.runs]
-    err = float(np.std(ratios, ddof=1) / math.sqrt(len(ratios))) if len(ratios) >= 2 else 0.0
-    return WakeUp(out, WakeFrom.RUN_QUEUE, total, err, max(len(ratios) - 1, 0))
 
 
 @contextlib.contextmanager
@@ -70,7 +50,7 @@ def variant(name: str):
     def priced(g, costs):
         if costs is not None or dp.FSDP_HOST.get(g.meta.torch_minor) is None:
             return tree(g, costs)
-        w = (run_queue_wake if m.group(1) == "rq" else dp.wake_up)(g)
+        w = (dp.run_queue_wake if m.group(1) == "rq" else dp.wake_up)(g)
         return None if w is None else dataclasses.replace(w, us={r: max(0.0, u - float(m.group(2))) for r, u in w.us.items()})
     dp.priced_wake_up = sw.priced_wake_up = tree if m is None else priced
     try:

@@ -899,11 +899,17 @@ def wake_up(g: Graph) -> WakeUp | None:
     if len(lags):
         err = float(lags.std(ddof=1) / math.sqrt(len(lags))) if len(lags) >= 2 else 0.0
         return WakeUp(dict.fromkeys(ranks, float(np.median(lags))), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
+    return run_queue_wake(g)
+
+
+def run_queue_wake(g: Graph) -> WakeUp | None:
+    """``wake_up``'s schedstat price: each rank's wait for a core per time its training thread got one over its profiled
+    steps; None where the runs were not recorded."""
     loop = g.meta.loop_steps
     if loop is None:
         return None
     out, total, ratios = {}, 0, []
-    for r in ranks:
+    for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
         steps = [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
         runs = sum(x.runs or 0 for x in steps if x is not None)
         if not steps or any(x is None or x.runs is None for x in steps) or runs <= 0:
