@@ -217,27 +217,33 @@ def _dur_huge(obj) -> bool:
     return True
 
 
-def _other_window(obj) -> bool:
-    """Rank 1's steps are 3 later than the others' (its window began later), its times unchanged."""
+def shift_steps(obj, k: int) -> bool | None:
+    """A dagprof rank file's (or Horovod's, MXNet's) step numbers ``k`` later, its times unchanged; None where ``obj`` is
+    none of those (a Kineto trace: its step markers are named, not numbered in fields)."""
     if isinstance(obj, dict) and isinstance(obj.get("step_times_us"), dict) and obj["step_times_us"]:
-        obj["step_times_us"] = {str(int(k) + 3): v for k, v in obj["step_times_us"].items()}
-        obj["steps_profiled"] = [s + 3 for s in obj.get("steps_profiled") or []]
+        obj["step_times_us"] = {str(int(s) + k): v for s, v in obj["step_times_us"].items()}
+        obj["steps_profiled"] = [s + k for s in obj.get("steps_profiled") or []]
         return True
     if isinstance(obj, dict) and obj.get("enqueues"):
         for r in obj["enqueues"]:
-            r[0] += 3
+            r[0] += k
         return True
     if not isinstance(obj, dict) or not obj.get("step_times_ns"):
-        return di.damage_more._late(obj)
+        return None
     for r in obj["step_times_ns"]:
-        r[0] += 3
+        r[0] += k
     for r in obj.get("records", []):
         if r[0] in (0, 1):
-            r[1] += 3
-    for k in ("steps_profiled",):
-        if isinstance(obj.get(k), list):
-            obj[k] = [s + 3 for s in obj[k]]
+            r[1] += k
+    if isinstance(obj.get("steps_profiled"), list):
+        obj["steps_profiled"] = [s + k for s in obj["steps_profiled"]]
     return True
+
+
+def _other_window(obj) -> bool:
+    """Rank 1's steps are 3 later than the others' (its window began later), its times unchanged."""
+    shifted = shift_steps(obj, 3)
+    return di.damage_more._late(obj) if shifted is None else shifted
 
 
 EDITS = {"coll-drop": _coll_drop, "skew-sec": lambda o: di.shift_epochs(o, 3e6) > 0, "stop-mid": _stop_mid,

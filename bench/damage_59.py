@@ -120,24 +120,7 @@ def _edit(damage: str, obj) -> bool:
                         e["name"] = f"{head}#{int(num) + 1}"
                         n += 1
             return n > 0
-        if isinstance(obj, dict) and isinstance(obj.get("step_times_us"), dict) and obj["step_times_us"]:
-            obj["step_times_us"] = {str(int(k) + 1): v for k, v in obj["step_times_us"].items()}
-            obj["steps_profiled"] = [s + 1 for s in obj.get("steps_profiled") or []]
-            return True
-        if isinstance(obj, dict) and obj.get("enqueues"):
-            for r in obj["enqueues"]:
-                r[0] += 1
-            return True
-        if isinstance(obj, dict) and obj.get("step_times_ns"):
-            for r in obj["step_times_ns"]:
-                r[0] += 1
-            for r in obj.get("records", []):
-                if r[0] in (0, 1):
-                    r[1] += 1
-            if isinstance(obj.get("steps_profiled"), list):
-                obj["steps_profiled"] = [s + 1 for s in obj["steps_profiled"]]
-            return True
-        return False
+        return bool(d58.shift_steps(obj, 1))
     if ev is None:
         return False
     if damage == "ts-strings":
