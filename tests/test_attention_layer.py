@@ -16,12 +16,32 @@ from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 
 
-def test_attention_is_one_timed_layer_with_its_out_projection(tmp_path):
-    torch = pytest.importorskip("torch")
+def _profiled(tmp_path, net, shape: tuple) -> None:
+    """``net`` under DDP on one gloo rank, 4 steps of SGD on random batches of ``shape``, steps 1-2 profiled (hooks only)
+    into ``tmp_path / "run"``."""
+    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof import profile
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(net)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=False) as prof:
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(*shape)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_attention_is_one_timed_layer_with_its_out_projection(tmp_path):
+    torch = pytest.importorskip("torch")
+
 
     class Encoder(torch.nn.Module):
         def __init__(self):
@@ -34,18 +54,7 @@ def test_attention_is_one_timed_layer_with_its_out_projection(tmp_path):
         def forward(self, x):
             return self.head(self.encoder(self.embed(x)))
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        model = DDP(Encoder())
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=False) as prof:
-            for _ in range(4):
-                opt.zero_grad()
-                model(torch.randn(2, 4, 8)).sum().backward()
-                opt.step()
-                prof.step()
-    finally:
-        dist.destroy_process_group()
+    _profiled(tmp_path, Encoder(), (2, 4, 8))
     rank = json.loads((tmp_path / "run" / "rank0.json").read_text())
     attn = "encoder.layers.0.self_attn"
     assert attn in rank["layers"] and f"{attn}.out_proj" not in rank["layers"]
@@ -58,26 +67,12 @@ def test_attention_is_one_timed_layer_with_its_out_projection(tmp_path):
 
 def test_a_parametrized_conv_is_one_timed_layer_with_its_parametrization(tmp_path):
     torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
-    from dagprof import profile
 
     net = torch.nn.Sequential(weight_norm(torch.nn.Conv2d(3, 4, 3)), torch.nn.ReLU(), torch.nn.Flatten(),
                               spectral_norm(torch.nn.Linear(36, 2)))
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        model = DDP(net)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=False) as prof:
-            for _ in range(4):
-                opt.zero_grad()
-                model(torch.randn(2, 3, 5, 5)).sum().backward()
-                opt.step()
-                prof.step()
-    finally:
-        dist.destroy_process_group()
+    _profiled(tmp_path, net, (2, 3, 5, 5))
     rank = json.loads((tmp_path / "run" / "rank0.json").read_text())
     assert rank["layers"] == ["0", "1", "2", "3"]  # no layer inside a parametrization
     assert rank["layer_grad_bytes"]["0"] == 4 * (4 * 3 * 3 * 3 + 4 + 4)  # v, g (one per output channel) and the bias
@@ -100,10 +95,7 @@ def test_a_gap_in_a_block_s_own_code_says_where_it_is(tmp_path):
     """Every layer ran, yet the path's largest op is ``other:forward``: a block's own arithmetic between its leaves (a
     Llama block's rotary and attention) is no layer's; the finding says so and how to time it."""
     torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dagprof import profile
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -117,18 +109,7 @@ def test_a_gap_in_a_block_s_own_code_says_where_it_is(tmp_path):
                 h = torch.tanh(h @ m)
             return self.out(h)
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        model = DDP(Block())
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=False) as prof:
-            for _ in range(4):
-                opt.zero_grad()
-                model(torch.randn(8, 4)).sum().backward()
-                opt.step()
-                prof.step()
-    finally:
-        dist.destroy_process_group()
+    _profiled(tmp_path, Block(), (8, 4))
     a = analyze(build_graph(read_run(tmp_path / "run")))
     gaps = [f.detail for f in findings(a) if f.title == "largest op on the critical path"]
     assert gaps and gaps[0].startswith(("other:forward: ", "other:backward: "))
