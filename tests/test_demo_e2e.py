@@ -37,7 +37,9 @@ def test_demo_end_to_end(capsys, tmp_path):
     # one point per what-if row, with its interval (issue 20), and every table head and legend in words, not JSON keys
     rows = [ln for ln in text if ln.startswith("  workers ")]
     assert len(rows) == len(r["whatifs"]) and all(w["interval"] in ln and ln.count(" ms") == 1 for w, ln in zip(r["whatifs"], rows))
-    assert "predicted step" in html and not any(k in html for k in ("predicted_iter_ms", "speedup_vs_profiled", "lo_ms-hi_ms", "(shared_cores)"))
+    # (no table where the what-ifs were refused: a loaded loopback run's model can miss the profiled run by over 2 %)
+    assert ("predicted step" in html or not r["whatifs"]) and not any(
+        k in html for k in ("predicted_iter_ms", "speedup_vs_profiled", "lo_ms-hi_ms", "(shared_cores)"))
     # the search's baseline beside the measured step, said once with its cause; the timeline's collectives named as such
     said = [ln for ln in text if "the search puts the profiled setup at" in ln]
     assert len(said) == 1 and "template of one step" in " ".join(text) and r["optimisation"]["baseline_note"][1:] in html.replace("&#x27;", "'")
