@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from dagprof.graph.meta import WARMUP_STEPS
-from dagprof.passes.comm_cpu import lane_cpu, lane_threads, rank_cpu, ring_growth
+from dagprof.passes.comm_cpu import MAX_LOAD, core_wait, lane_cpu, lane_threads, profiled_load, rank_cpu, ring_growth
+from dagprof.passes.compute import replayed_load, share_cores
 from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
+from dagprof.replay import replay
 from dagprof.traces.meta import OtherThreads, is_unnamed_thread
 
 RUN = "tests/data/tf-jax/shardmap-threads"
@@ -115,3 +117,34 @@ def test_four_workers_off_lane_cpu_grows_as_the_ring_bytes_each_rank_sends(graph
         assert p.off_lane_us == pytest.approx(1.5 * (cpu[r % 2].process_us - cpu[r % 2].lanes_us))
         assert p.on_core == pytest.approx(own[r % 2].on_core, rel=1e-6)
     assert ring_growth(2, 2) == 1.0 and ring_growth(2, 4) == pytest.approx(1.5) and ring_growth(4, 2) == pytest.approx(2 / 3)
+
+
+def test_core_wait_is_erlang_c_per_unit_of_cpu():
+    """M/M/c's mean wait over the service time: rho/(1-rho) on one core, rho^2/(1-rho^2) on two; none idle; capped."""
+    for rho in (0.1, 0.5, 0.8):
+        assert core_wait(rho, 1) == pytest.approx(rho / (1 - rho))
+        assert core_wait(rho, 2) == pytest.approx(rho * rho / (1 - rho * rho))
+    assert core_wait(0.0, 2) == 0.0 and core_wait(3.0, 2) == core_wait(MAX_LOAD, 2)
+
+
+def test_four_workers_on_two_cores_stretch_their_collectives_at_the_load_of_their_own_replayed_step(graph):
+    """``--workers 4 --cores 2``: each collective's consumers wait for gloo's thread's waits for a core, its rows' CPU times
+    Erlang C at the load the 4 ranks' replayed step puts on the cores (a fixed point), less what the 2-worker profile
+    already held at its own load; the waits lengthen the step, so the load is below the unstretched replay's."""
+    four = scale_workers(graph, 4)
+    plain, stretched = share_cores(four, 2), share_cores(four, 2, replayer=replay)
+    names = [stretched.node_name(i) for i in range(len(stretched))]
+    waits = {n.removesuffix(" (off-lane cpu waits for a core)"): i for i, n in enumerate(names) if n.endswith("waits for a core)")}
+    assert waits and len(stretched) == len(plain) + len(waits)
+    cpu: dict[str, float] = {}
+    for i, n in enumerate(names):
+        if ".off-lane cpu " in n:
+            c = n.split(".off-lane cpu ", 1)[1]
+            cpu[c] = max(cpu.get(c, 0.0), float(stretched.dur[i]))
+    ratio = {round(float(stretched.gap[i]) / cpu[c], 9) for c, i in waits.items()}
+    assert len(ratio) == 1
+    cores = np.array([i for i, d in enumerate(stretched.devices) if d.name.startswith("host")])
+    load = replayed_load(stretched, replay(stretched), cores)
+    held = core_wait(profiled_load(graph, 2), 2)
+    assert 0.0 < held < ratio.pop() == pytest.approx(core_wait(load, 2) - held, abs=0.03)
+    assert load < replayed_load(plain, replay(plain), cores)

@@ -28,7 +28,8 @@ the thread whose CPU a step follows the lane's op time: ``lane_threads``), else 
 training thread's CPU over its runnable time. JAX's off-lane CPU is gloo's threads' (its busy thread), which send the ring's
 bytes: on more workers it grows as those a rank sends (``ring_growth``); kept 2 -> 4 JAX rounds on 2 cores
 (``bench/jax_workers_categories.py``) had gloo's thread 0.96-2.1x (median 1.18) its 2-worker CPU a step, and queuing it at
-the 2-worker amount left the prediction 8-31 % short.
+the 2-worker amount left the prediction 8-31 % short. Its waits for a core inside the transfer (a wake-up a ring step) are
+priced at the load of the N ranks' own replayed step (``core_wait``, ``passes.compute.share_cores``).
 """
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ class CpuBudget:
     comm: np.ndarray  # each row's collective
     anchor: np.ndarray  # each row's op of its rank: JOIN its first op waiting for the collective, ISSUE its issue of it
     cpu_us: np.ndarray  # each row's CPU
-    # JOIN only: each row's waits for a core off the cores (wake-ups), in series after its CPU before the rest of the transfer
+    # each row's waits for a core off the cores, in the collective's transfer: JOIN its wake-ups, in series after its CPU
+    # before the rest of the transfer; ISSUE its threads' waits at the host's load (``core_wait``), the most of a
+    # collective's rows between it and its consumers (the ring moves at its slowest thread)
     wait_us: np.ndarray | None = None
 
 
@@ -103,7 +106,23 @@ def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, 
         b.add_edges(at, cpu)
         mine = [[int(v) for v in g.succ[g.indptr[c]:g.indptr[c + 1]] if g.rank[v] == g.rank[p]] for c, p in zip(comm.tolist(), at.tolist())]
         b.add_edges(np.repeat(cpu, [len(v) for v in mine]), np.array([v for x in mine for v in x], np.int64))
+        if budget.wait_us is not None:
+            _stretch(b, g, comm, budget.wait_us, budget.label)
     return b.build()
+
+
+def _stretch(b: GraphBuilder, g: Graph, comm: np.ndarray, wait_us: np.ndarray, label: str) -> None:
+    """``Placement.ISSUE``'s waits: a resource-free node per collective, its rows' most, after the collective and before
+    every consumer of it."""
+    colls, of = np.unique(comm, return_inverse=True)
+    most = np.zeros(len(colls))
+    np.maximum.at(most, of, wait_us)
+    w = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(c))} ({label} waits for a core)") for c in colls.tolist()], np.int32),
+                    kind=np.full(len(colls), int(Kind.SYNC)), rank=g.rank[colls], device=np.full(len(colls), -1), gap=most,
+                    order=g.order[colls], step=g.step[colls], layer=g.layer[colls])
+    b.add_edges(colls, w)
+    out = np.diff(g.indptr)[colls]
+    b.add_edges(np.repeat(w, out), np.concatenate([g.succ[g.indptr[c]:g.indptr[c + 1]] for c in colls.tolist()]))
 
 
 def _join(b: GraphBuilder, g: Graph, comm: np.ndarray, cpu: np.ndarray, cpu_us: np.ndarray, label: str,
@@ -288,6 +307,7 @@ class RankCpu:
     process_us: float
     on_core: float
     lanes_us: float | None = None
+    step_us: float = 0.0  # the loop's step over the same steps, median (the profiled job's load: ``profiled_load``)
 
 
 _LINE_ID = re.compile(r"/-?\d+$")  # a pool lane's name ends in xplane's line id (a hash of the thread, not its id)
@@ -364,7 +384,10 @@ def rank_cpu(g: Graph) -> dict[int, RankCpu] | None:
         if got:
             stretch = runnable_stretch(got)
             lanes = _lanes_cpu(got, lane_threads(g, r))
-            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0, lanes)
+            took = loop.unprofiled.get(r, {}) | loop.profiled.get(r, {})
+            step = [took[x.step] for x in got if x.step in took]
+            out[r] = RankCpu(float(np.median([x.process_cpu_us for x in got])), 1.0 / stretch if stretch >= 1.0 else 1.0, lanes,
+                             float(np.median(step)) if step else 0.0)
     return out if out and sorted(out) == list(range(len(out))) else None
 
 
@@ -423,10 +446,11 @@ def scale_lanes(onto: Graph, g: Graph, priced: dict[int, LaneCpu]) -> Graph:
     return onto.replace(dur=dur)
 
 
-def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray) -> CpuBudget | None:
+def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wait_per_cpu: float = 0.0) -> CpuBudget | None:
     """A TF/JAX job's ``CpuBudget`` (``Placement.ISSUE``): per collective and rank whose issue of it is on a lane moved to
     the cores (``remap``: device -> its shared device), the rank's off-lane CPU a step shared over its collectives of that
-    step by bytes (1 B each: a step of empty collectives still shares). None where no rank issues one."""
+    step by bytes (1 B each: a step of empty collectives still shares), and where ``wait_per_cpu`` > 0 its waits for a
+    core in the transfer, that many times its CPU (``core_wait``). None where no rank issues one."""
     indptr, pred = g.pred_csr
     comm, issue = [], []
     for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
@@ -445,4 +469,30 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray) -> 
     share = weight / np.bincount(of, weights=weight)[of]
     # host work (the runtime's and gRPC's threads with the collective executor's), slowed beside collectives as the lanes' ops
     cpu_us = share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]])
-    return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, np.array(comm, np.int64), at, cpu_us)
+    return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, np.array(comm, np.int64), at, cpu_us,
+                     cpu_us * wait_per_cpu if wait_per_cpu > 0 else None)
+
+
+MAX_LOAD = 0.95  # ``core_wait``'s cap: the queue's wait diverges at a load of 1, where the cores bound the step instead
+
+
+def core_wait(load: float, cores: int) -> float:
+    """A thread's mean wait for one of ``cores`` per unit of its CPU at the cores' ``load`` (busy share): M/M/c's (Erlang C).
+    gloo's busy thread in a JAX rank runs a ring step at a time, each a wake-up that queues for a core; on 2 cores its
+    measured waits over its CPU (``bench/jax_workers_categories.py``) were 0.57-0.94 where the cores' load was 0.62-0.68,
+    Erlang C's 0.62-0.86 (2026-12-06)."""
+    rho = min(max(load, 0.0), MAX_LOAD)
+    a, blocked = cores * rho, 1.0
+    for k in range(1, cores + 1):  # Erlang B by its recursion, then C
+        blocked = a * blocked / (k + a * blocked)
+    waiting = blocked / (1.0 - rho * (1.0 - blocked))
+    return waiting / (cores * (1.0 - rho))
+
+
+def profiled_load(g: Graph, cores: int) -> float | None:
+    """The profiled job's load on ``cores``: its ranks' process CPU a step over the cores' time in its step (``rank_cpu``'s
+    steps, medians); None where not recorded."""
+    cpu = rank_cpu(g)
+    if cpu is None or not all(c.step_us > 0 for c in cpu.values()):
+        return None
+    return sum(c.process_us for c in cpu.values()) / (cores * float(np.mean([c.step_us for c in cpu.values()])))

@@ -1,19 +1,24 @@
 """Compute what-ifs: faster or slower per-rank compute (a new GPU, more cores, contention)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
+from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..units import count
 from .comm import exit_lags
 from .comm_cpu import (
     XPLANE_FRAMEWORKS,
+    core_wait,
     gloo_budget,
     lane_cpu,
     lane_work,
     off_lane_budget,
+    profiled_load,
     queue_comm_cpu,
     rank_cpu,
     scale_lanes,
@@ -35,7 +40,8 @@ def scale_compute(g: Graph, speed: float, kinds: tuple[Kind, ...] = COMPUTE_KIND
     return g.replace(dur=dur)
 
 
-def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Graph:
+def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None,
+                replayer: Callable[[Graph], ReplayResult] | None = None) -> Graph:
     """What if ranks shared a host's ``cores`` (more ranks than cores, as on a small machine)?
 
     Every rank's compute lanes on one host are mapped onto one device of capacity ``cores``:
@@ -63,6 +69,10 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     the time an op spent descheduled is the host's load, which the measured jobs met too. Tried (scaled down to the
     CPU time), ``--cores 2`` on 4 workers moved away from the measured step in 12 of those 14 rounds (from -48..+38 %
     to -68..-18 %), and a loaded profile's own configuration, which the queue leaves alone, came out up to 74 % fast.
+
+    JAX ranks beyond the cores, with a ``replayer`` (``dagprof.replay.replay``; passes sit below the replay layer): gloo's
+    thread also waits for a core inside each transfer, a wake-up a ring step, at the load the N ranks put on the cores
+    (``_stretched``).
     """
     if cores < 1:
         raise DagprofError(f"cores must be >= 1, got {cores}")
@@ -89,8 +99,43 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     priced = lane_cpu(g, per, cores)
     moved = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
     if priced is not None:  # TF/JAX: each rank's lanes at their CPU, its recorded CPU off them beside its collectives
-        return queue_comm_cpu(g, off_lane_budget(g, priced, remap), host_device, onto=scale_lanes(moved, g, priced))
+        scaled = scale_lanes(moved, g, priced)
+
+        def queued(wait_per_cpu: float) -> Graph:
+            return queue_comm_cpu(g, off_lane_budget(g, priced, remap, wait_per_cpu), host_device, onto=scaled)
+        held = profiled_load(g, cores) if g.meta.framework == "jax" and replayer is not None else None
+        return queued(0.0) if held is None else _stretched(queued, replayer, on_cores, cores, core_wait(held, cores))
     return queue_comm_cpu(moved, gloo_budget(moved, per > cores), host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: per byte
+
+
+FIXED_POINT_STEPS = 8  # bisections of the load: within 1/256 of the first replay's
+
+
+def _stretched(queued: Callable[[float], Graph], replayer: Callable[[Graph], ReplayResult], on_cores: np.ndarray, cores: int,
+               held: float) -> Graph:
+    """``queued`` (wait per CPU -> the graph on the cores) at the load of its own replayed step: a fixed point. The waits
+    lengthen the step, which lowers the load they come from, so the load is bisected between 0 and the unstretched
+    replay's. The profiled job's collectives already hold its waits at its load (``held``, per CPU), so each is stretched
+    by the rest. The load from the 2-worker profile's step (its idle time plus the N ranks' CPU) read 0.8-0.95 where the
+    measured 4-worker jobs' was 0.62-0.68 (the wire and the waits for slower ranks grow too; jaxstretch59, 2026-12-06)."""
+    def load(wait_per_cpu: float) -> float:
+        out = queued(wait_per_cpu)
+        return replayed_load(out, replayer(out), on_cores)
+
+    lo, hi = 0.0, load(0.0)
+    for _ in range(FIXED_POINT_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if load(max(core_wait(mid, cores) - held, 0.0)) > mid else (lo, mid)
+    return queued(max(core_wait((lo + hi) / 2, cores) - held, 0.0))
+
+
+def replayed_load(g: Graph, res: ReplayResult, on_cores: np.ndarray) -> float:
+    """The shared cores' busy share between the first and last step marks of a replay of ``g``."""
+    marks = np.flatnonzero(g.kind == Kind.STEP)
+    lo, hi = float(res.start[marks].min()), float(res.start[marks].max())
+    busy = np.isin(g.device, on_cores) & (res.start >= lo) & (res.start < hi)
+    cap = sum(g.devices[int(d)].capacity for d in on_cores)
+    return float(g.dur[busy].sum()) / (cap * (hi - lo)) if hi > lo else 0.0
 
 
 def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:

@@ -238,7 +238,7 @@ def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> G
 
 
 def _cores(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    return share_cores(g, c.cores, c.ranks_per_host) if c.cores else g
+    return share_cores(g, c.cores, c.ranks_per_host, replay) if c.cores else g
 
 
 def _horovod(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
