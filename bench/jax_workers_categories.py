@@ -12,6 +12,8 @@ median (and its collectives' as measured: issue to done, with the waits for slow
 prediction carries of each CPU category is the 2-worker profile's (a copied rank's; its off-lane CPU, gloo's thread and the
 rest, grown as the ring's bytes a rank sends, ``passes.comm_cpu.ring_growth``), so the rest of a category's 2 -> N growth
 is what the what-if leaves out of the queue. The waits are as recorded (the prediction's are its queue's, not split here).
+``load``: a job's own (its ranks' CPU over the cores' time in its step), the prediction's its replay's (the fixed point its
+collectives' waits for a core are priced at).
 No timing: run it anywhere.
 
     PYTHONPATH=src python bench/jax_workers_categories.py DIR [--only jax_shardmap,jax_two_tower] [--workers 4] [--cores 2]
@@ -35,7 +37,9 @@ from whatif_cli import Refused, whatif_json  # noqa: E402
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.graph.meta import WARMUP_STEPS  # noqa: E402
 from dagprof.passes.comm_cpu import lane_threads, ring_growth  # noqa: E402
+from dagprof.passes.compute import replayed_load  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
+from dagprof.replay import replay  # noqa: E402
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at  # noqa: E402
 from dagprof.traces.meta import is_unnamed_thread  # noqa: E402
 
@@ -77,14 +81,18 @@ def threads(g) -> dict[str, float]:
 
 
 def predicted(two: str, workers: int, cores: int) -> dict[str, float]:
-    """The user's ``dagprof whatif RUN --workers N --cores C``: its replayed median step, and the re-priced collectives'
-    transfer per step (own cores: the link model's part alone)."""
+    """The user's ``dagprof whatif RUN --workers N --cores C``: its replayed median step, the re-priced collectives'
+    transfer per step (own cores: the link model's part alone), and the cores' load in its replay (the fixed point its
+    waits for a core are priced at, ``passes.compute.replayed_load``)."""
     d = whatif_json(two, "--workers", str(workers), "--cores", str(cores))
     g = open_run(two).graph
-    c = Cluster()
-    marked = profiled_at(g, c)
-    what_if = apply(marked, Scenario(workers=workers), c, base_topology(marked, c))
-    return {"step": d["scenarios"][0]["predicted_median_ms"], "comm": comm_per_step_ms(what_if)}
+    got = {"step": d["scenarios"][0]["predicted_median_ms"]}
+    for key, c in (("comm", Cluster()), ("load", Cluster(cores=cores))):
+        marked = profiled_at(g, c)
+        what_if = apply(marked, Scenario(workers=workers), c, base_topology(marked, c))
+        on = np.array([i for i, x in enumerate(what_if.devices) if x.rank < 0 and x.capacity == cores and x.name.startswith("host")])
+        got[key] = comm_per_step_ms(what_if) if key == "comm" else replayed_load(what_if, replay(what_if), on)
+    return got
 
 
 def table(a: argparse.Namespace) -> int:
@@ -92,7 +100,7 @@ def table(a: argparse.Namespace) -> int:
     names = a.only.split(",") if a.only else None
     kept = sorted(d for d in os.listdir(a.kept) if (m := re.fullmatch(r"tbw-(.+)-\d+-w2", d)) and (names is None or m[1] in names))
     cols = list(CPU) + [f"wait {k}" for k in WAIT]
-    print(f"{'round / job':32s} " + " ".join(f"{c:>12s}" for c in cols) + f" {'demand':>8s} {'comm':>8s} {'step':>8s}")
+    print(f"{'round / job':32s} " + " ".join(f"{c:>12s}" for c in cols) + f" {'demand':>8s} {'comm':>8s} {'step':>8s} {'load':>6s}")
     done = 0
     for two in kept:
         four = os.path.join(a.kept, two[:-1] + str(a.workers))
@@ -104,17 +112,20 @@ def table(a: argparse.Namespace) -> int:
         try:
             pred = predicted(os.path.join(a.kept, two), a.workers, a.cores)
         except Refused as e:
-            pred = {"step": float("nan"), "comm": float("nan")}
+            pred = {"step": float("nan"), "comm": float("nan"), "load": float("nan")}
             print(f"{tag}: the what-if refused: {e}")
         grow = ring_growth(2, a.workers)  # the prediction's off-lane CPU (gloo's thread and the rest): the profile's, grown
         carried = t2 | {"gloo": grow * t2["gloo"], "rest": grow * t2["rest"]}
         carried["process"] = carried["python"] + carried["lanes"] + carried["gloo"] + carried["rest"]
-        for label, t, n, comm, step in (("2 workers", t2, 2, m2["comm_ms"], m2["unprofiled_median_ms"]),
-                                        (f"--workers {a.workers} --cores {a.cores}", carried, a.workers, pred["comm"], pred["step"]),
-                                        (f"{a.workers} workers", t4, a.workers, m4["comm_ms"], m4["unprofiled_median_ms"])):
+        for label, t, n, comm, step, load in (
+                ("2 workers", t2, 2, m2["comm_ms"], m2["unprofiled_median_ms"], None),
+                (f"--workers {a.workers} --cores {a.cores}", carried, a.workers, pred["comm"], pred["step"], pred["load"]),
+                (f"{a.workers} workers", t4, a.workers, m4["comm_ms"], m4["unprofiled_median_ms"], None)):
             demand = n * t["process"] / a.cores if n > a.cores else t["process"]
+            step = step if step is not None else float("nan")
+            load = n * t["process"] / (a.cores * step) if load is None else load  # a job's own: its ranks' CPU over the cores' time
             print(f"{tag + ' ' + label:32s} " + " ".join(f"{t[c]:12.2f}" for c in cols)
-                  + f" {demand:8.1f} {comm:8.1f} {step if step is not None else float('nan'):8.1f}", flush=True)
+                  + f" {demand:8.1f} {comm:8.1f} {step:8.1f} {load:6.2f}", flush=True)
         done += 1
     return done
 
