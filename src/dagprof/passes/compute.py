@@ -130,8 +130,10 @@ def _stretched(queued: Callable[[float], Graph], replayer: Callable[[Graph], Rep
 
 
 def replayed_load(g: Graph, res: ReplayResult, on_cores: np.ndarray) -> float:
-    """The shared cores' busy share between the first and last step marks of a replay of ``g``."""
+    """The shared cores' busy share between the first and last step marks of a replay of ``g`` (0 without two marks)."""
     marks = np.flatnonzero(g.kind == Kind.STEP)
+    if len(marks) < 2:
+        return 0.0
     lo, hi = float(res.start[marks].min()), float(res.start[marks].max())
     busy = np.isin(g.device, on_cores) & (res.start >= lo) & (res.start < hi)
     cap = sum(g.devices[int(d)].capacity for d in on_cores)
