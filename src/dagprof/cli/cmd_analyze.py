@@ -4,6 +4,7 @@ from ..analysis.parallelism import INSIDE_OPS
 from ..pipeline import open_run
 from ..units import count
 from .common import add_run_arguments, ms, pct, warning_lines
+from .terminal import wrap_lines
 
 HELP = "explain a run: breakdown per rank, global critical path, stragglers, what limits scaling"
 
@@ -54,7 +55,7 @@ def to_text(r: dict) -> str:
         lines += ["", f"clocks aligned on {count(c['collectives_used'], 'collective')}: {offs}; residual skew median {skew['median']:.1f} us, "
                       f"max {skew['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
-    return "\n".join(lines)
+    return wrap_lines(lines)
 
 
 def _overhead_lines(parts: dict[str, float], top: int = 8) -> list[str]:
