@@ -31,8 +31,9 @@ def to_text(r: dict) -> str:
         lines.append(f"  {k:<22} {v:8.2f} ms")
         if k == "framework overhead":
             lines += _overhead_lines(cp.get("overhead_ms", {}))
-    width = max([40] + [len(name) for name, _ in cp["top_ops_ms"][:5]])  # a named parameter-server key runs longer
-    lines += ["  largest ops on it:"] + [f"    {name:<{width}} {v:8.2f} ms" for name, v in cp["top_ops_ms"][:5]]
+    top = list(zip(cp["top_ops_words"], (v for _, v in cp["top_ops_ms"])))[:5]
+    width = max([40] + [len(name) for name, _ in top])  # a named parameter-server key runs longer
+    lines += ["  largest ops on it:"] + [f"    {name:<{width}} {v:8.2f} ms" for name, v in top]
     if r.get("communication_by_dim"):
         par = r.get("parallelism") or {}
         lines += ["", "communication by mesh dimension" + (f" ({par['summary']})" if par else "") + ", per iteration:"]
