@@ -2,9 +2,11 @@
 under the roots given, whole and cut half-way through its last ProfilerStep (as ``bench/damage_58.py``'s stop-mid cuts
 it), one JSON line: launches (cudaLaunchKernel, memcpy/memset calls, ...) whose GPU op is missing, those launched before
 the trace's last GPU op began, those in the last step, ac2g flows with one end, and how far the last event ends past the
-last step's end. A tell must hold on every whole trace and fail on every cut one.
+last step's end. A tell must hold on every whole trace and fail on every cut one. ``--dagprof`` adds what dagprof's
+Kineto reader tells of each (``traces.steps.cut_step``: the step it finds cut, its ops, or the file's one-line refusal)
+and how many steps it holds, and prints the counts last.
 
-    python bench/cut_tells.py ../shared/data/kineto-public ../shared/data/kineto-corpus > out.jsonl
+    PYTHONPATH=src python bench/cut_tells.py [--dagprof] ../shared/data/kineto-public ../shared/data/kineto-corpus > out.jsonl
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import copy
 import gzip
 import json
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel", "cudaMemcpyAsync",
@@ -70,8 +74,27 @@ def cut(obj):
     return o
 
 
+def told(obj, name: str) -> dict:
+    """dagprof's reading of the trace ``obj`` (written to a temporary file ``name``): steps, the cut step it tells."""
+    from dagprof.errors import DagprofError  # noqa: PLC0415  (only with --dagprof)
+    from dagprof.traces.kineto import read_kineto  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        with (gzip.open if name.endswith(".gz") else open)(p, "wt") as f:
+            json.dump(obj, f)
+        try:
+            t = read_kineto(p)
+        except DagprofError as e:
+            return {"refused": str(e)}
+        cut = t.meta.cut_step
+        return {"steps": len(t.step_spans()), "cut_step": None if cut is None else [cut.step, cut.ops]}
+
+
 def main() -> None:
-    for root in sys.argv[1:]:
+    roots = [a for a in sys.argv[1:] if a != "--dagprof"]
+    counts: Counter = Counter()
+    for root in roots:
         for p in sorted(Path(root).rglob("*")):
             if not p.is_file() or not p.name.endswith((".json", ".json.gz")):
                 continue
@@ -80,7 +103,16 @@ def main() -> None:
             if s is None or not (s["launches"] or s["steps"]):
                 continue
             c = cut(obj)
-            print(json.dumps({"file": str(p), "whole": s, "cut": stats(c) if c else None}), flush=True)
+            row = {"file": str(p), "whole": s, "cut": stats(c) if c else None}
+            if "--dagprof" in sys.argv:
+                row["dagprof"] = {"whole": told(obj, p.name), "cut": told(c, p.name) if c else None}
+                for which, d in row["dagprof"].items():
+                    if d is not None:
+                        counts[(which, "refused" if "refused" in d else "told cut" if d["cut_step"] else
+                                "one step, warned" if d["steps"] == 1 else "not told")] += 1
+            print(json.dumps(row), flush=True)
+    for (which, what), n in sorted(counts.items()):
+        print(f"# {which}: {what} {n}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def test_a_parametrized_conv_is_one_timed_layer_with_its_parametrization(tmp_pat
 def test_a_profile_with_untimed_attention_names_it_where_its_gap_leads_the_path():
     a = analyze(build_graph(read_run(DATA / "ddp-fresh" / "mha-accum")))
     (top,) = [f for f in findings(a) if f.title == "largest op on the critical path"]
-    assert top.detail.startswith("other:forward: ")
+    assert top.detail.startswith("forward between timed layers: ")  # other:forward, in words
     assert "the root Classifier's forward" in top.detail  # the model's own parameters: its forward's lines, said apart
     assert "the code of encoder.layers.0.self_attn, encoder.layers.0.self_attn.out_proj, whose parameters" in top.detail
 
@@ -112,5 +112,5 @@ def test_a_gap_in_a_block_s_own_code_says_where_it_is(tmp_path):
     _profiled(tmp_path, Block(), (8, 4))
     a = analyze(build_graph(read_run(tmp_path / "run")))
     gaps = [f.detail for f in findings(a) if f.title == "largest op on the critical path"]
-    assert gaps and gaps[0].startswith(("other:forward: ", "other:backward: "))
+    assert gaps and gaps[0].startswith(("forward between timed layers: ", "backward between timed layers: "))
     assert "code in modules with children outside their leaf modules" in gaps[0] and "timed as a layer" in gaps[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from testdata import DATA, cli_json, copy_fixture, edit_json
+from testdata import DATA, cli_json, copy_fixture, edit_json, folded_lines
 
 from dagprof.cli.main import main
 
@@ -149,4 +149,4 @@ def test_a_good_topology_is_said_unused_where_no_link_is_fitted(capsys):
     rc, doc, err = cli_json(capsys, "whatif", "--json", trace, "--no-trace")
     assert rc == 0 and not any("read but unused" in n for n in doc["notes"]), err
     assert main(["whatif", trace, "--topology", "10gbe", "--no-trace"]) == 0  # the text: the note as its own line
-    assert f"note: {said[0]}" in capsys.readouterr().out.splitlines()
+    assert " ".join(f"note: {said[0]}".split()) in folded_lines(capsys.readouterr().out, "note: ")

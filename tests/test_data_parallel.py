@@ -19,7 +19,7 @@ from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, step_size
-from dagprof.passes.data_parallel import HELD_OUT, _call_load, _stretch, ddp_to_fsdp, to_data_parallel, user_units
+from dagprof.passes.data_parallel import HELD_OUT, Conversion, _call_load, _stretch, ddp_to_fsdp, to_data_parallel, user_units
 from dagprof.passes.fsdp_mesh import step_scale
 from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.passes.link_fit import find_collectives
@@ -341,10 +341,15 @@ def test_cli_json(capsys, tmp_path):
     # never a silent answer: what the conversion cannot see, and its measured miss, come with it: in a few lines beside the
     # rows, and in full (each cost's price, every held-out figure) in conversion_detail
     (note,) = [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile")]
-    held = HELD_OUT["ddp_to_fsdp"]  # the held-out figures, said from their one table in both texts
+    held = HELD_OUT[Conversion.DDP_TO_FSDP]  # the held-out figures, said from their one table in both texts
     assert "unpriced: clip_grad_norm_ (not recorded)" in note and held.off in note and len(note) < 560
     detail = r["conversion_detail"]["fsdp"]
     assert held.off in detail and held.source in detail and "clip_grad_norm_ not recorded in this profile" in detail
+
+
+def test_every_conversion_has_its_held_out_figures():
+    """``HELD_OUT`` is keyed by ``Conversion`` members (five strings before: a misspelt key failed only where it was read)."""
+    assert set(HELD_OUT) == set(Conversion) and all(isinstance(k, Conversion) for k in HELD_OUT)
 
 
 def test_cli_reshard_beside_the_conversion(capsys):

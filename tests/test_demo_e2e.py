@@ -7,7 +7,7 @@ from dagprof.cli.cmd_demo import to_text
 from dagprof.cli.main import main
 
 
-def test_demo_end_to_end(capsys, tmp_path):
+def test_demo_end_to_end(capsys, tmp_path, monkeypatch):
     out_dir = tmp_path / "demo"
     code = main(["demo", "--no-verify", "--loopback", "--lossless", "--budget", "3", "--json", "-o", str(out_dir)])  # the real demo model, ~30 s
     out = capsys.readouterr().out
@@ -30,8 +30,13 @@ def test_demo_end_to_end(capsys, tmp_path):
     assert ".dagprof-out-" not in html and "source <code>run</code>" in html and "On your own job" in html
     if not r["optimisation"]["worth_applying"]:
         assert "best candidate (not written)" in html and "measured ms per step" not in html  # nothing applied: no empty column
-    text = to_text(r).splitlines()
-    assert all(len(ln) <= 160 for ln in text), max(text, key=len)
+    # every line within a 100-column terminal (a word longer than it, a path, unbroken), the same words as unfolded
+    monkeypatch.setenv("COLUMNS", "100")
+    folded = to_text(r)
+    assert all(len(ln) <= 100 or " " not in ln.strip() for ln in folded.splitlines()), max(folded.splitlines(), key=len)
+    monkeypatch.setenv("COLUMNS", "100000")
+    text = to_text(r).splitlines()  # each line unfolded, for the checks on whole lines below
+    assert " ".join(folded.split()) == " ".join(" ".join(text).split())
     assert any(ln.startswith("next: open ") and "report.html" in ln for ln in text) and text[-1].startswith("  on your own training: dagprof profile")
     assert any(ln.startswith("scaling outlook (S-SGD") for ln in text)
     # one point per what-if row, with its interval (issue 20), and every table head and legend in words, not JSON keys

@@ -82,7 +82,7 @@ def test_a_gap_between_layers_names_the_root_s_own_code_not_an_untimed_attention
     """A model's own parameters (a DETR's queries, a tied LM's table) sit under its class name: the gap held its forward's
     own lines and the loss, where the finding told a fresh profile to be taken again to time an nn.MultiheadAttention.
     An old profile whose attention was not timed as one layer keeps that advice."""
-    gap = [f.detail for f in open_run(str(DATA / run)).findings if f.detail.startswith("other:forward")]
+    gap = [f.detail for f in open_run(str(DATA / run)).findings if f.detail.startswith("forward between timed layers")]  # other:forward, in words
     assert gap and f"the root {root}'s forward" in gap[0]
     assert ("nn.MultiheadAttention" in gap[0]) is mha
 

@@ -20,7 +20,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes.comm import set_topology
-from dagprof.passes.data_parallel import HELD_OUT, _stretch, ddp_to_fsdp, host_note
+from dagprof.passes.data_parallel import HELD_OUT, Conversion, _stretch, ddp_to_fsdp, host_note
 from dagprof.passes.fsdp_mesh import scale_fsdp_workers, step_scale
 from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.search.fsdp_memory import fsdp_peak
@@ -246,7 +246,7 @@ def test_link_model_files_old_and_new(ddp, tmp_path):
     assert [n for n in notes[str(v1)] if n.startswith("--data-parallel fsdp") and "held 81 of 95" in n]
     detail = {p: r["conversion_detail"]["fsdp"] for p, r in said.items()}  # the full account, every figure
     assert "as dagprof calibrate --fsdp measured" in detail[str(v3)] and "clip_grad_norm_ not recorded in this profile" in detail[str(v3)]
-    assert HELD_OUT["ddp_to_fsdp"].off in detail[str(v1)] and HELD_OUT["ddp_to_fsdp_measured"].off in detail[str(v3)]
+    assert HELD_OUT[Conversion.DDP_TO_FSDP].off in detail[str(v1)] and HELD_OUT[Conversion.DDP_TO_FSDP_MEASURED].off in detail[str(v3)]
     older = tmp_path / "v3-before-growth.json"  # a version-3 file written before the units of MBs were measured: no growth
     older.write_text(json.dumps({**doc, "fsdp": {k: v for k, v in doc["fsdp"].items() if not k.endswith("_per_byte") or k.startswith("copy")}}))
     assert read_link_model(older).fsdp == COSTS and COSTS.unit_forward_us_per_byte == COSTS.unit_backward_us_per_byte == 0.0

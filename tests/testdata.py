@@ -81,3 +81,22 @@ def cli_json(capsys, *argv) -> tuple:
         return rc, json.loads(out.strip().splitlines()[-1]), err
     except (ValueError, IndexError):
         return rc, None, err
+
+
+def folded_lines(text: str, prefix: str) -> list[str]:
+    """The lines of a command's text that begin with ``prefix`` (after their indent), each joined with the lines
+    ``cli.terminal.wrap_lines`` folded it into (indented four columns deeper), whitespace normalised: a phrase a test
+    holds is found wherever the terminal's width folded it."""
+    rows = text.splitlines()
+    out = []
+    for i, ln in enumerate(rows):
+        indent = len(ln) - len(ln.lstrip(" "))
+        if not ln[indent:].startswith(prefix):
+            continue
+        parts = [ln]
+        for nxt in rows[i + 1:]:
+            if not (nxt.startswith(" " * (indent + 4)) and nxt[indent + 4:indent + 5] not in ("", " ")):
+                break
+            parts.append(nxt)
+        out.append(" ".join(" ".join(parts).split()))
+    return out

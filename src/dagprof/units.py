@@ -93,3 +93,9 @@ def count(n: float, noun: str, plural: str | None = None) -> str:
     ``count(2, "bucket")`` "2 buckets" (``plural`` for a noun not made plural by an "s": ``count(3, "server", "servers")``
     needs none, ``count(2, "copy", "copies")`` does); a count of 1.5 is plural."""
     return f"{n if isinstance(n, int) else format(n, 'g')} {noun if n == 1 else plural or noun + 's'}"
+
+
+def figure(v: float) -> str:
+    """A measured figure as a person writes it, the one way the reports print one: thousands' commas from 100 (``1,840``,
+    not ``1.84e+03``), then three digits (``12.5``, ``1.23``, ``0.12``)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"

@@ -13,6 +13,7 @@ work launched before the window) is said in one line. Ranks that began the windo
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from ..graph.dag import Graph
 from ..replay import ReplayResult
 from ..traces.events import CommRole, Kind
+from ..traces.run_schema import FSDP_ROOT
 from .overhead import START_SKEW, overhead_breakdown
 
 CATEGORY = {
@@ -40,6 +42,23 @@ def category(kind: int) -> str:
     return _CATEGORY_OF.get(int(kind), "other")
 
 
+# the host time a dagprof run's hooks left between its spans (``traces.run_partition``'s ``other:<phase>`` nodes), by phase
+_GAP_WORDS = {"pre-forward": "host work before forward (untimed)", "forward": "forward between timed layers",
+              "loss": "loss (between forward and backward)", "backward": "backward between timed layers",
+              "post-backward": "host work after backward (untimed)", "post-update": "host work after the update (untimed)"}
+_ROOT = re.compile(rf"(by )?{re.escape(FSDP_ROOT)}")
+
+
+def op_words(label: str) -> str:
+    """An op's label on the path as a person reads it: ``other:forward`` is "forward between timed layers", FSDP's root unit
+    ``all_gather <root>`` "all_gather (root module)". ``CriticalPath.top_ops`` and ``--json``'s ``top_ops_ms`` keep the
+    label (what the graph's nodes are named, which other commands match on); the text, the report and the findings say this."""
+    if label.startswith("other:"):
+        phase = label[len("other:"):]
+        return _GAP_WORDS.get(phase, f"{phase} (untimed)")
+    return _ROOT.sub(lambda m: "by the root module" if m.group(1) else "(root module)", label)
+
+
 @dataclass
 class CriticalPath:
     nodes: np.ndarray  # node ids, first to last
@@ -56,6 +75,7 @@ class CriticalPath:
             "total_ms": self.total_us / per / 1e3,
             "by_category_ms": {k: v / per / 1e3 for k, v in self.by_category.items()},
             "top_ops_ms": [[name, us / per / 1e3] for name, us in self.top_ops],
+            "top_ops_words": [op_words(name) for name, _ in self.top_ops],  # each as a person reads it (``op_words``)
             "ranks_crossed": self.ranks_crossed,
             "length": int(len(self.nodes)),
             "overhead_ms": {k: v / per / 1e3 for k, v in self.overhead.items()},

@@ -9,6 +9,7 @@ from ..passes.buckets import sparse_buckets
 from ..passes.link_fit import SIZES_HINT
 from ..traces.events import CommKind, CommRole, Kind
 from . import Analysis
+from .critical_path import op_words
 
 
 @dataclass
@@ -132,7 +133,7 @@ def findings(a: Analysis) -> list[Finding]:
         ))
     if a.path.top_ops:
         name, us = a.path.top_ops[0]
-        out.append(Finding("largest op on the critical path", f"{name}: {us / steps / 1e3:.1f} ms per iteration{_between(a, name)}",
+        out.append(Finding("largest op on the critical path", f"{op_words(name)}: {us / steps / 1e3:.1f} ms per iteration{_between(a, name)}",
                            us / steps / 1e3))
     return sorted(out, key=lambda f: -f.ms_per_iter)
 
@@ -149,7 +150,7 @@ def _between(a: Analysis, op: str) -> str:
     if not untimed:  # every parameter's layer ran: the gap is code in modules with children (a Llama block's rotary and
         # attention, a PointNet++ layer's sampling loop: bench/fsdp_fresh/llama_swiglu.py, hsdp_pointnet2.py), said nowhere
         part = "forward" if op == "other:forward" else "backward"
-        return (f" (time between timed layers: the {part} of code in modules with children outside their leaf modules, "
+        return (f" (the {part} of code in modules with children outside their leaf modules, "
                 "such as a block's attention arithmetic or a Python loop; code moved into a module of its own is timed as a layer)")
     # the root's own parameters (a DETR's queries, a position table) are counted under its class name, which no layer's
     # path starts with: its forward's own lines, not an untimed attention module (bench/fsdp_fresh/detr_setpred.py)
@@ -159,4 +160,4 @@ def _between(a: Analysis, op: str) -> str:
             "unless a loss module times it)") if roots else ""
     code = (f"the code of {', '.join(modules[:4])}{' ...' if len(modules) > 4 else ''}, whose parameters no timed layer ran; "
             "profiled again, an nn.MultiheadAttention or a parametrized module (weight_norm) among them is timed as one layer") if modules else ""
-    return f" (time between timed layers: it holds {'; and '.join(x for x in (root, code) if x)})"
+    return f" (it holds {'; and '.join(x for x in (root, code) if x)})"

@@ -133,6 +133,7 @@ from ..passes.profiler_cost import (
 )
 from ..replay import ReplayResult
 from ..traces.events import Kind
+from ..units import figure
 from .breakdown import job_iteration_us
 from .operand_stall import stall_halfwidth_us
 
@@ -296,7 +297,7 @@ class PredictionInterval:
 
     def text(self) -> str:
         """``1,417 ms (1,380-1,452, 90 %)``."""
-        return f"{_ms(self.point_us)} ms ({_ms(self.lo_us)}-{_ms(self.hi_us)}, {100 * self.level:.0f} %)"
+        return f"{figure(self.point_us / 1e3)} ms ({figure(self.lo_us / 1e3)}-{figure(self.hi_us / 1e3)}, {100 * self.level:.0f} %)"
 
     def contains(self, us: float) -> bool:
         return self.lo_us <= us <= self.hi_us
@@ -386,11 +387,6 @@ class PredictionInterval:
         return {"lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level, "interval": self.text(),
                 "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms),
                                    "unprofiled_floor_pct": 100 * self.floor}}
-
-
-def _ms(us: float) -> str:
-    ms = us / 1e3
-    return f"{ms:,.0f}" if ms >= 100 else f"{ms:,.1f}" if ms >= 10 else f"{ms:,.2f}"
 
 
 def step_times(g: Graph, res: ReplayResult) -> np.ndarray:

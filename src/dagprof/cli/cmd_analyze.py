@@ -4,6 +4,7 @@ from ..analysis.parallelism import INSIDE_OPS
 from ..pipeline import open_run
 from ..units import count
 from .common import add_run_arguments, ms, pct, warning_lines
+from .terminal import wrap_lines
 
 HELP = "explain a run: breakdown per rank, global critical path, stragglers, what limits scaling"
 
@@ -30,8 +31,9 @@ def to_text(r: dict) -> str:
         lines.append(f"  {k:<22} {v:8.2f} ms")
         if k == "framework overhead":
             lines += _overhead_lines(cp.get("overhead_ms", {}))
-    width = max([40] + [len(name) for name, _ in cp["top_ops_ms"][:5]])  # a named parameter-server key runs longer
-    lines += ["  largest ops on it:"] + [f"    {name:<{width}} {v:8.2f} ms" for name, v in cp["top_ops_ms"][:5]]
+    top = list(zip(cp["top_ops_words"], (v for _, v in cp["top_ops_ms"])))[:5]
+    width = max([40] + [len(name) for name, _ in top])  # a named parameter-server key runs longer
+    lines += ["  largest ops on it:"] + [f"    {name:<{width}} {v:8.2f} ms" for name, v in top]
     if r.get("communication_by_dim"):
         par = r.get("parallelism") or {}
         lines += ["", "communication by mesh dimension" + (f" ({par['summary']})" if par else "") + ", per iteration:"]
@@ -54,7 +56,7 @@ def to_text(r: dict) -> str:
         lines += ["", f"clocks aligned on {count(c['collectives_used'], 'collective')}: {offs}; residual skew median {skew['median']:.1f} us, "
                       f"max {skew['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
-    return "\n".join(lines)
+    return wrap_lines(lines)
 
 
 def _overhead_lines(parts: dict[str, float], top: int = 8) -> list[str]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import textwrap
 
 from ..demo import DemoSettings, interval_notes, run_demo
 from ..errors import DagprofError
@@ -11,6 +10,7 @@ from ..fsutil import Staged, staged_folder
 from ..units import count
 from .cmd_optimize import verification_lines
 from .common import bandwidth, ms, pct, positive_int, seconds, shown
+from .terminal import wrap_lines
 
 HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluster with a slow link), replay, explain, "
         "search a strategy, apply it and measure the gain; write a report")
@@ -87,22 +87,7 @@ def to_text(r: dict) -> str:
         lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]
     lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]
     lines += _next_lines(r["files"])
-    return "\n".join(_wrapped(lines))
-
-
-NBSP = "\u00a0"
-WIDTH = 160  # a long line (a finding, the verification's) wraps here, its continuation indented under it
-
-
-def _wrapped(lines: list[str]) -> list[str]:
-    out = []
-    for ln in lines:
-        indent = " " * (len(ln) - len(ln.lstrip(" ")) + 4)
-        # a figure keeps its unit: "+0.4 %" is not split at its space (textwrap breaks only at ASCII whitespace)
-        out += [w.replace(NBSP, " ") for w in textwrap.wrap(ln.replace(" %", NBSP + "%").replace(" ms", NBSP + "ms"), WIDTH,
-                                                              subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)] \
-            if len(ln) > WIDTH else [ln]
-    return out
+    return wrap_lines(lines)
 
 
 def _outlook_lines(o: dict) -> list[str]:

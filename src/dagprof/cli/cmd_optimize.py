@@ -22,7 +22,7 @@ from .common import (
     positive_int,
     seconds,
 )
-from .terminal import escape
+from .terminal import escape, wrap_lines
 
 HELP = "search bucket layout, compression, partition, recomputation by replay; write a strategy; --verify measures it"
 
@@ -156,7 +156,7 @@ def to_text(r: dict) -> str:
     lines += [f"warning: {w}" for w in r["warnings"]]
     lines += [f"note: {n}" for n in r["notes"]]
     if r["strategy_file"] is None:
-        return "\n".join(lines + [r["recommendation"]])
+        return wrap_lines(lines + [r["recommendation"]])
     lines += [f"strategy: {r['summary']}", *[f"caveat: {c}" for c in r["caveats"]], f"written: {r['strategy_file']}",
               f"recommendation: {r['recommendation']}"]
     if r.get("verification"):
@@ -164,7 +164,7 @@ def to_text(r: dict) -> str:
         if r.get("fsdp"):
             lines.append(f"  peak memory per rank predicted {b['memory']['total_mb']:.2f} -> {best['memory']['total_mb']:.2f} MB; --verify "
                          "times the steps only (bench/bench_fsdp.py --part 6 measures the peak on CPU)")
-    return "\n".join(lines)
+    return wrap_lines(lines)
 
 
 def _ddp_table(r: dict) -> list[str]:

@@ -32,6 +32,7 @@ from .common import (
     shown,
     warning_lines,
 )
+from .terminal import wrap_lines
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
 MAX_TRACES = 8  # scenarios whose predicted timeline is written
@@ -170,4 +171,4 @@ def to_text(r: dict) -> str:
     if traces:
         lines.append(f"predicted timelines: {shown(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))
     lines.append(f"({r['seconds']:.2f} s)")
-    return "\n".join(lines)
+    return wrap_lines(lines)

@@ -8,6 +8,8 @@ encoder escapes control characters itself).
 from __future__ import annotations
 
 import re
+import shutil
+import textwrap
 from typing import Any
 
 # C0 and C1 controls (ESC, CSI, BEL, CR, newline, ...), DEL, line/paragraph separators, bidirectional overrides
@@ -34,3 +36,23 @@ def for_terminal(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [for_terminal(v) for v in value]
     return value
+
+
+_NBSP = "\u00a0"
+_UNIT = re.compile(r"(?<=\d) (?=(?:%|ms|us|s|x|[kMG]i?B|[kMG]bit/s)(?![\w/]))")  # "+0.4 %", "12 ms", "6.2 MB" stay one word
+
+
+def wrap_lines(lines: list[str]) -> str:
+    """Human output (never ``--json``) as one text whose long lines (a finding, a note: up to 330 characters) fold at the
+    terminal's width (100 columns where the output is not a terminal), each continuation indented four columns under the
+    line it continues. A figure is not split from its unit; a word longer than the width (a kernel's name) is not split."""
+    width = max(40, shutil.get_terminal_size((100, 24)).columns)
+    out = []
+    for ln in lines:
+        if len(ln) <= width:
+            out.append(ln)
+            continue
+        indent = " " * (len(ln) - len(ln.lstrip(" ")) + 4)
+        out += [w.replace(_NBSP, " ") for w in textwrap.wrap(_UNIT.sub(_NBSP, ln), width, subsequent_indent=indent,
+                                                              break_on_hyphens=False, break_long_words=False)]
+    return "\n".join(out)

@@ -33,12 +33,13 @@ from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces import cpu_sets
+from ..traces.completeness import refuse_cut_steps
 from ..traces.events import CommRole, Kind, RankTrace, Run
 from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
-from ..traces.steps import iteration_us, stalled_steps, steady_window, step_range, time_between_steps
+from ..traces.steps import iteration_us, one_step, stalled_steps, steady_window, step_range, time_between_steps
 from ..units import count
 from .assemble import Assembler
 from .dag import Graph
@@ -179,11 +180,15 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     """
     if not run.ranks:
         raise DagprofError("no rank traces to build a graph from", run.source)
+    marked = step_marker is not None or all((t.events.kind == Kind.STEP).any() for t in run.ranks)  # else: one window, said
     run = mark_steps(run, step_marker)
     run, matching = on_one_clock(run, matching)  # may renumber a rank's steps (profilers started at other iterations)
     chosen, said = chosen_steps(run, steps)
     chosen, left_out = default_window(run, chosen) if steps is None else (chosen, [])
+    refuse_cut_steps(run, chosen)
     left_out = said + left_out
+    if marked and (note := one_step(chosen)):
+        left_out.append(note)
     parallel, dims = label_run(run)
     asm = Assembler()
     p2p = tuple(k for k, it in enumerate(matching.instances) if it.p2p)

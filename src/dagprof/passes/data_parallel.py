@@ -187,25 +187,38 @@ class HeldOut:
     source: str  # the pairs, their machine and the command that judges them
 
 
+class Conversion(enum.Enum):
+    """A conversion judged on held-out pairs, the key of its figures in ``HELD_OUT`` (a member, not a string: a misspelt
+    one fails where it is written). ``_MEASURED``: FSDP2's costs from ``dagprof calibrate --fsdp``."""
+
+    FSDP1_TO_DDP = enum.auto()
+    FSDP_TO_DDP = enum.auto()
+    FSDP_TO_DDP_MEASURED = enum.auto()
+    DDP_TO_FSDP = enum.auto()
+    DDP_TO_FSDP_MEASURED = enum.auto()
+
+
 HELD_OUT = {
-    "fsdp1_to_ddp": HeldOut("-40 to +44 % off the DDP job's median unprofiled step, median miss 17 %, 6 of 10 inside the interval",
-                            "within 1 %", "10 pairs of bench/fsdp_fresh/fsdp1_sgo_frozen.py and its --wrap ddp, loopback, load 1.1-2.3"),
-    "fsdp_to_ddp_measured": HeldOut("DDP 0.1 % slower to 11.1 % faster than the point", "-0 to +10 %",
-                                    "2 rounds on a quiet machine, bench/bench_fsdp.py --part 7"),
-    "fsdp_to_ddp": HeldOut("-41 to +109 % off the point, median +17 %", "-0 to +10 %",
-                           "an MLP-Mixer and a ResNet, 16 pairs at load 1-23, bench/fsdp_fresh/mixer_rounds.sh"),
-    "ddp_to_fsdp_measured": HeldOut("FSDP 8-18 % slower than the point on a quiet machine, more under load", "within about 10 %",
-                                    "a transformer-like stack and an MLP with an embedding, loopback, two calibrations, "
-                                    "bench/bench_fsdp.py --part 7 --link-model-calibrate"),
-    "ddp_to_fsdp": HeldOut("median miss 10.8 %; the interval held 81 of 95 FSDP2 jobs' steps, 4 below it and 10 above (a busier machine "
-                           "runs FSDP slower)", "within about 10 %", "95 kept pairs, bench/fsdp_fresh/judge_pairs.py"),
+    Conversion.FSDP1_TO_DDP: HeldOut("-40 to +44 % off the DDP job's median unprofiled step, median miss 17 %, 6 of 10 inside the interval",
+                                     "within 1 %", "10 pairs of bench/fsdp_fresh/fsdp1_sgo_frozen.py and its --wrap ddp, loopback, load 1.1-2.3"),
+    Conversion.FSDP_TO_DDP_MEASURED: HeldOut("DDP 0.1 % slower to 11.1 % faster than the point", "-0 to +10 %",
+                                             "2 rounds on a quiet machine, bench/bench_fsdp.py --part 7"),
+    Conversion.FSDP_TO_DDP: HeldOut("-41 to +109 % off the point, median +17 %", "-0 to +10 %",
+                                    "an MLP-Mixer and a ResNet, 16 pairs at load 1-23, bench/fsdp_fresh/mixer_rounds.sh"),
+    Conversion.DDP_TO_FSDP_MEASURED: HeldOut("FSDP 8-18 % slower than the point on a quiet machine, more under load", "within about 10 %",
+                                             "a transformer-like stack and an MLP with an embedding, loopback, two calibrations, "
+                                             "bench/bench_fsdp.py --part 7 --link-model-calibrate"),
+    Conversion.DDP_TO_FSDP: HeldOut("median miss 10.8 %; the interval held 81 of 95 FSDP2 jobs' steps, 4 below it and 10 above (a busier machine "
+                                    "runs FSDP slower)", "within about 10 %", "95 kept pairs, bench/fsdp_fresh/judge_pairs.py"),
 }
 
 
 def _held_out(target: str, measured: bool, g: Graph) -> HeldOut:
     if target == "ddp" and g.meta.fsdp is not None and g.meta.fsdp.api == FSDP1_API:
-        return HELD_OUT["fsdp1_to_ddp"]
-    return HELD_OUT[("fsdp_to_ddp" if target == "ddp" else "ddp_to_fsdp") + ("_measured" if measured else "")]
+        return HELD_OUT[Conversion.FSDP1_TO_DDP]
+    if target == "ddp":
+        return HELD_OUT[Conversion.FSDP_TO_DDP_MEASURED if measured else Conversion.FSDP_TO_DDP]
+    return HELD_OUT[Conversion.DDP_TO_FSDP_MEASURED if measured else Conversion.DDP_TO_FSDP]
 
 
 def conversion_note(target: str, measured: bool, g: Graph) -> str:

@@ -44,7 +44,7 @@ from ..replay import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT
-from ..units import MB, count
+from ..units import MB, count, figure
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note
 from .memory import autograd_host
 from .scenario import (
@@ -650,9 +650,4 @@ def link_text(t: Topology | None) -> str:
     # the model's hosts are the ends of its link, not the machines the ranks ran on (a loopback job's ranks shared one)
     ends = (f"{count(t.hosts, 'rank')}, one per end of the link" if t.devices_per_host == 1
             else f"{count(t.hosts, 'link end')} of {count(t.devices_per_host, 'rank')}")
-    return f"{ends}, link {rate}, latency {_us(ab.alpha_us)} us, {_us(t.overhead_us)} us per collective"
-
-
-def _us(v: float) -> str:
-    """Three digits as a person writes them: ``1,840`` (not ``1.84e+03``), ``12.5``, ``0``."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return f"{ends}, link {rate}, latency {figure(ab.alpha_us)} us, {figure(t.overhead_us)} us per collective"

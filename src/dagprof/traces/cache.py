@@ -38,7 +38,7 @@ from .meta import RankMeta
 
 ENV_VAR = "DAGPROF_CACHE_DIR"
 _READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_tables.py", "kineto_decode.py", "kineto_schema.py", "events.py", "buckets.py",
-                 "meta.py", "comm_kind.py", "run_schema.py",
+                 "meta.py", "comm_kind.py", "run_schema.py", "steps.py",
                  "cache.py")
 _EDGE = 1 << 20  # the content key hashes this many bytes at each end of the trace
 

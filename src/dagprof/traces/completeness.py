@@ -124,3 +124,16 @@ def require_complete(run: Run, allow_missing_ranks: bool = False) -> Run:
     counts = [f"{n} of {world} ranks {what}" for n, what in ((whole, "missing"), (len(gaps) - whole, "cut short")) if n]
     note = f"partial analysis ({OPT_IN}): {' and '.join(counts)}, only the steps every rank has are used ({text})"
     return dataclasses.replace(run, meta=msgspec.structs.replace(run.meta.warned(note), partial=True))
+
+
+def refuse_cut_steps(run: Run, steps: list[int]) -> None:
+    """One line instead of an answer that counts a step the trace's end cut inside (``RankMeta.cut_step``) as a whole one:
+    half a step read as a shorter one (a one-step trace cut half-way answered 47.8 ms for a 95.7 ms step)."""
+    for t in run.ranks:
+        cut = t.meta.cut_step
+        if cut is None or cut.step + t.meta.step_offset not in steps:
+            continue
+        others = [s for s in steps if s != cut.step + t.meta.step_offset]
+        fix = f"--steps {others[0]}:{others[-1] + 1} leaves it out" if others else "profile whole steps"
+        raise DagprofError(f"ends inside step {cut.step}: {cut.ops} of its ops end where its step marker ends, and nothing "
+                           f"in the trace after them (the file was cut, or the profiler stopped, inside the step); {fix}", t.source)

@@ -44,11 +44,12 @@ import numpy as np
 from ..errors import DagprofError
 from . import kineto_schema as ks
 from .comm_kind import P2P_PEERED
-from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace
+from .events import TIME_RESOLUTION_US, CommKind, EventRows, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 from .kineto_tables import CONTEXT_KINDS, Columns, Kinds, Nesting
 from .meta import Collectives, RankMeta, RunWarning
+from .steps import cut_step
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
@@ -552,6 +553,10 @@ def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None],
     meta = RankMeta(format="kineto", rank_source=source, collectives=colls.meta, explicit_seq=colls.explicit_seq,
                     schema=schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None,
                     declined=deps.declined, group_desc=colls.group_desc)
+    is_step, end = deps.kind == Kind.STEP, cols.end
+    # a Kineto ``ts`` of ~1.7e15 us parses to 0.25 us: a cut's ``ts + dur`` is its instant to two of those
+    meta.cut_step = cut_step(cols.start, end, is_step, kinds.step,
+                             max(TIME_RESOLUTION_US, 2 * float(np.spacing(abs(cols.t0) + float(end.max(initial=0.0))))))
     if unknown := int((gathers & (nbytes == 0)).sum()):  # ``_event_bytes``: the gathered total needs the group's ranks
         meta.warnings.append(RunWarning("all-gathers in process groups whose ranks the trace does not record: their gathered "
                                         "bytes are unknown (0), so a link or worker what-if prices them as empty messages",

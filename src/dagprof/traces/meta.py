@@ -31,6 +31,14 @@ class RankGap:
         return not self.steps_missing
 
 
+class CutStep(msgspec.Struct, frozen=True):
+    """A trace's last step that its end cut inside (``traces.steps.cut_step``): the step, and its ops that end where the
+    step's marker ends with nothing of the trace after them."""
+
+    step: int
+    ops: int
+
+
 @dataclass
 class ClockAlignment:
     """The clock offsets ``align.clocks`` fitted on matched collective ends, and how well they agree."""
@@ -365,6 +373,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)
     # --- the training loop (dagprof's collectors; steps_profiled and step_times_us from xplane runs too)
     steps_profiled: list[int] = []
+    cut_step: CutStep | None = None  # Kineto: the last step, when the trace's end cut inside it (``traces.steps.cut_step``)
     step_times_us: dict[int, float] = {}  # profiled step -> us
     train_thread: list[StepSched] = []  # dagprof runs: per profiled step, the training thread's CPU and waits for a core ([]: not recorded)
     unprofiled_train_thread: list[StepSched] = []  # the same of the steps outside the window ([]: not recorded, older files)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..units import count
+from .meta import CutStep
 
 DEFAULT_STEPS = range(5, 10)
 """The window profiled when none is named: after DDP rebuilds its buckets (step 1) and the first steps warm up."""
@@ -75,6 +76,34 @@ def step_periods(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     follows = a[1:, 0] == a[:-1, 0] + 1
     period[:-1][follows] = a[1:, 1][follows] - a[:-1, 1][follows]
     return a[:, 0].astype(int), period
+
+
+def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.ndarray, resolution_us: float) -> CutStep | None:
+    """The trace's last step (by its marker's end) when the trace's end cut inside it: nothing of the trace ends after the
+    marker, and ops that began inside the step (host or device) end where the marker ends (to ``resolution_us``). A cut
+    closes the marker and every op still open at one instant; a whole step's host ops end before its marker, which
+    ``profiler.step()`` closes from Python between ops, and its device work runs past it or ends before. Whole traces
+    hold no such op (0 of 204 in tests/data and ../shared/data, ``bench/cut_tells.py``); a cut while the host was between
+    ops and the device idle leaves none either, which the one-step warning (``one_step``) is for. Rows: the rank's events,
+    the step markers' mask and their step numbers."""
+    marks = np.flatnonzero(is_step)
+    if not len(marks):
+        return None
+    last = marks[np.argmax(end[marks])]
+    s, e = start[last], end[last]
+    if (end > e + resolution_us).any():
+        return None
+    ops = int((~is_step & (start >= s) & (start < e - resolution_us) & (np.abs(end - e) <= resolution_us)).sum())
+    return CutStep(int(step[last]), ops) if ops else None
+
+
+def one_step(steps: list[int]) -> str | None:
+    """A warning when the answer rests on one step: a step the trace's end cut inside reads as a whole, shorter one unless
+    something tells (``cut_step``), and one step has no spread to give an interval."""
+    if len(steps) != 1:
+        return None
+    return (f"the answer rests on 1 step (step {steps[0]}): one step cannot show that it is whole (a trace cut inside its "
+            "step reads as a shorter step) nor how steps vary; profile 3 or more steps")
 
 
 STALL_FACTOR = 100.0

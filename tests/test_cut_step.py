@@ -1,0 +1,87 @@
+"""A Kineto trace cut inside its last step (``traces.steps.cut_step``) and an answer that rests on one step
+(``traces.steps.one_step``). A one-step trace cut half-way through its step answered its half step (47.8 ms for 95.7)
+with exit 0; a cut that leaves ops ending where the step marker ends, nothing after them, is now refused naming the
+file, and every one-step answer says, with the count, that one step cannot show it is whole."""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+
+import numpy as np
+from testdata import DATA, KINETO_PUBLIC, cli_json, folded_lines
+
+from dagprof.cli.main import main
+from dagprof.traces.steps import cut_step
+
+ONE_STEP = KINETO_PUBLIC / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # step 103 alone
+NO_MARKERS = DATA / "kineto-corpus" / "tracelens" / "inference" / "sglang_decode" / "sglang_Qwen3-8B_decode.json.gz"
+TWO_STEPS = DATA / "tp-fresh" / "pp-stages" / "rank-0.pt.trace.json.gz"  # steps 2 and 3 of a pipeline's first stage
+
+
+def _cut(src, dst) -> None:
+    """``src`` cut half-way through its last ProfilerStep, well formed (as ``bench/damage_58.py``'s stop-mid)."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    ev = doc["traceEvents"]
+    last = max((e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    at = last["ts"] + last["dur"] / 2
+    doc["traceEvents"] = [copy.copy(e) for e in ev if not (isinstance(e.get("ts"), (int, float)) and e["ts"] > at)]
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)) and e["ts"] + e["dur"] > at:
+            e["dur"] = at - e["ts"]
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_a_whole_one_step_trace_is_answered_with_the_count_of_steps(capsys) -> None:
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(ONE_STEP))
+    assert rc == 0, err
+    said = [w for w in doc["warnings"] if "rests on 1 step" in w]
+    assert len(said) == 1 and "step 103" in said[0]
+    assert main(["analyze", str(ONE_STEP)]) == 0
+    assert [w for w in folded_lines(capsys.readouterr().out, "warning: ") if "rests on 1 step" in w] == [f"warning: {said[0]}"]
+
+
+def test_a_one_step_trace_cut_inside_its_step_is_refused_naming_the_file(tmp_path, capsys) -> None:
+    cut = tmp_path / ONE_STEP.name
+    _cut(ONE_STEP, cut)
+    rc, doc, _ = cli_json(capsys, "analyze", "--json", str(cut))
+    assert rc == 2 and "ends inside step 103" in doc["error"]
+    rc, _, err = cli_json(capsys, "analyze", str(cut))
+    assert rc == 2 and str(cut) in err and "ends inside step 103" in err and "profile whole steps" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_cut_last_step_is_refused_and_the_window_before_it_answered(tmp_path, capsys) -> None:
+    cut = tmp_path / TWO_STEPS.name
+    _cut(TWO_STEPS, cut)
+    rc, _, err = cli_json(capsys, "analyze", "--json", str(cut))
+    assert rc == 2 and "ends inside step 3" in err and "--steps 2:3 leaves it out" in err
+    rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "2:3", str(cut))
+    assert rc == 0, err
+    rc, whole, err = cli_json(capsys, "analyze", "--json", "--steps", "2:3", str(TWO_STEPS))
+    assert doc["measured_iter_ms"] == whole["measured_iter_ms"] and any("rests on 1 step" in w for w in doc["warnings"])
+
+
+def test_a_whole_multi_step_trace_is_neither_refused_nor_warned(capsys) -> None:
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(TWO_STEPS))
+    assert rc == 0, err
+    assert not any("rests on" in w or "ends inside" in w for w in doc["warnings"])
+
+
+def test_a_trace_without_step_markers_is_said_once_as_one_window(capsys) -> None:
+    """Its whole window is one iteration, which its own line says: no second line about one step."""
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(NO_MARKERS))
+    assert rc == 0, err
+    assert any(w.startswith("no ProfilerStep markers") for w in doc["warnings"]) and not any("rests on" in w for w in doc["warnings"])
+
+
+def test_what_tells_a_cut() -> None:
+    """A step marker 0-10 with an op 2-10 open at its end and nothing after: cut. The same op ending at 9, another op
+    ending past the marker, an op that began before the step, or one of zero length at its end: whole, as far as it tells."""
+    def told(op_start, op_end, gpu_end=5.0):
+        start, end = np.array([0.0, op_start, 1.0]), np.array([10.0, op_end, gpu_end])
+        return cut_step(start, end, np.array([True, False, False]), np.array([7, 7, 7]), 1e-3)
+
+    assert told(2.0, 10.0) is not None and (told(2.0, 10.0).step, told(2.0, 10.0).ops) == (7, 1)
+    assert told(2.0, 9.0) is None and told(2.0, 10.0, gpu_end=12.0) is None
+    assert told(-1.0, 10.0) is None and told(10.0, 10.0) is None
