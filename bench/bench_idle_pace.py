@@ -13,8 +13,10 @@ something between steps, block by block, interleaved so the machine's load falls
 - ``sleep+copy``: a copy of the gradient's bytes twice through a buffer (what gloo's threads stream), then asleep;
 - ``spin+copy``: the copy, then spinning.
 
-Per mode, the median step's compute (wall) and the thread's CPU over the ``dense`` mode's: ``sleep`` slow and ``spin`` not
-says the idle cores (their clock or the host's scheduling of them), ``+copy`` slow the cache gloo's traffic leaves:
+Per mode, the median step's compute (wall) and the thread's CPU over the ``dense`` mode's, and the step's two parts apart
+(Adam's step; the forward and backward): ``sleep`` slow and ``spin`` not says the idle cores (their clock or the host's
+scheduling of them), ``+copy`` slow the cache gloo's traffic leaves; a part slow where the other is not says which work
+the pause costs (branch psgd60: the strategy runs' optimizer moved, their forward hardly):
 
     dp-excl .venv/bin/python bench/bench_idle_pace.py [--pause-ms 250] [--cycles 4] [--block 6] [--json FILE]
 """
@@ -57,7 +59,7 @@ def _worker(rank: int, args: argparse.Namespace, barrier, out) -> None:
     g = torch.Generator().manual_seed(rank)
     n = sum(p.numel() for p in model.parameters())
     src, dst = torch.randn(n), torch.empty(n)
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float]] = []
     for cycle in range(args.cycles + 1):  # the first cycle warms up, not kept
         for mode in MODES:
             barrier.wait()
@@ -68,10 +70,11 @@ def _worker(rank: int, args: argparse.Namespace, barrier, out) -> None:
                 loss = F.binary_cross_entropy_with_logits(model(ids, dense), (ids[:, 0] % 2).float())
                 opt.zero_grad()
                 loss.backward()
+                wo = time.perf_counter()
                 opt.step()
                 w1, c1 = time.perf_counter(), time.thread_time()
                 if cycle:
-                    rows.append((mode, (w1 - w0) * 1e3, (c1 - c0) * 1e3))
+                    rows.append((mode, (w1 - w0) * 1e3, (c1 - c0) * 1e3, (w1 - wo) * 1e3))
                 _pause(mode, args.pause_ms / 1e3, src, dst)
     out.put((rank, rows))
 
@@ -98,15 +101,18 @@ def main() -> int:
         p.join()
     table = {}
     for mode in MODES:
-        wall = [w for r in got.values() for m, w, _ in r if m == mode]
-        cpu = [c for r in got.values() for m, _, c in r if m == mode]
-        table[mode] = {"wall_ms": statistics.median(wall), "cpu_ms": statistics.median(cpu), "n": len(wall)}
+        wall = [w for r in got.values() for m, w, _, _ in r if m == mode]
+        cpu = [c for r in got.values() for m, _, c, _ in r if m == mode]
+        opt = [o for r in got.values() for m, _, _, o in r if m == mode]
+        table[mode] = {"wall_ms": statistics.median(wall), "cpu_ms": statistics.median(cpu), "opt_ms": statistics.median(opt),
+                       "rest_ms": statistics.median(w - o for r in got.values() for m, w, _, o in r if m == mode), "n": len(wall)}
     base = table["dense"]
     print(f"{args.procs} processes, {args.pause_ms:.0f} ms between steps, {args.cycles} cycles of {args.block} steps a mode "
           f"({time.time() - t0:.0f} s); median step, over dense:")
     for mode, t in table.items():
         print(f"  {mode:11s} wall {t['wall_ms']:6.2f} ms (x{t['wall_ms'] / base['wall_ms']:.2f})  thread CPU {t['cpu_ms']:6.2f} ms "
-              f"(x{t['cpu_ms'] / base['cpu_ms']:.2f})  n={t['n']}")
+              f"(x{t['cpu_ms'] / base['cpu_ms']:.2f}); Adam {t['opt_ms']:5.2f} ms (x{t['opt_ms'] / base['opt_ms']:.2f}), forward and backward "
+              f"{t['rest_ms']:5.2f} ms (x{t['rest_ms'] / base['rest_ms']:.2f})  n={t['n']}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": vars(args), "modes": table, "per_process": {str(k): v for k, v in got.items()}}, fh, indent=1)
