@@ -14,7 +14,8 @@ model's layers), its median step and its collectives' time per step, for:
 
 The last columns: P less B, and the what-if's change less the measured one ((P - model) - (B - A)). A part that moved
 between A and B alike in both references (the job's level) is the load; one that moved only between the rates and that
-P misses is the model's. With ``--steps``, each job's replayed steps and collectives per step.
+P misses is the model's. With ``--steps``, each job's replayed steps, collectives per step (ms) and transfers per step
+(Horovod's fused responses: P keeps A's fusion, B shows the fusion at the slower wire).
 
     python bench/horovod/round_split.py /tmp/KEPT hvd_autoencoder 0 [--steps]
 """
@@ -80,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         for col, g in graphs.items():
             comm = priced_comm(g) & (g.dur > 0)
             per = [g.dur[comm & (g.step == s)].sum() / 1e3 for s in np.unique(g.step[comm])]
+            count = [int((comm & (g.step == s)).sum()) for s in np.unique(g.step[comm])]
             print(f"{col:7s} steps " + " ".join(f"{v / 1e3:5.0f}" for v in step_times(g, replay(g)))
-                  + " | collectives " + " ".join(f"{v:5.0f}" for v in per))
+                  + " | collectives " + " ".join(f"{v:5.0f}" for v in per) + " | transfers " + " ".join(f"{n:3d}" for n in count))
     return 0
 
 
