@@ -136,6 +136,9 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_vae_sharded": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_pointnet_accum": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_sasrec_accum": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "tf_mmoe_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
+    "jax_kge_complex": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_gcn_molecule": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
