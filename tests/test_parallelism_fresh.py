@@ -258,6 +258,15 @@ def test_a_dagprof_run_of_fsdp_beside_tp_sizes_its_tp_collectives_as_the_models_
         assert code == 0 and "17 TP collectives a step per rank ran inside the ops" in out and said in out
 
 
+def test_a_dagprof_run_of_fsdp_beside_tp_cuts_each_functional_collective_where_kinetos_wait_tensor_held_its_end():
+    """DTensor's backward waits on its all-reduces through C++, not the patched ``wait_tensor``: where the recorded wait came
+    after the transfer's end, the all-reduce counted as hidden and link what-ifs left it as measured inside its op
+    (``run_comm.in_op_sizes``). On the T5 fixture 13-14 of a rank's 19 were pieces; with Kineto's waits, all but one of
+    rank 0's (its transfer ended before any wait)."""
+    run = read_run(FRESH / "t5-dp-tp-dagprof")
+    assert [int((t.events.group_size > 0).sum()) for t in run.ranks] == [18, 19, 19, 19]
+
+
 def test_compute_speed_on_a_dagprof_run_beside_tp_says_its_tp_collectives_speed_up_with_their_ops(capsys, tmp_path):
     """The TP all-reduces a dagprof run times inside the layers (about a quarter of stop 58's MLP-Mixer step) are divided by
     --compute-speed with those ops, where the note said every non-DP collective kept its measured time."""
