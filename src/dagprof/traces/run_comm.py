@@ -313,22 +313,37 @@ def in_op_sizes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo
     inside its op as measured, and counted so. A blocking call blocked its thread from its transfer's start; an
     asynchronous one from its first wait (``Rec.OWN_WAIT``) on, so its piece starts there, and one whose transfer ended
     before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise.
-    ``held`` (``functional_waits``): Kineto's ``wait_tensor`` ops; one begun after the call that holds its transfer's end
-    is where an asynchronous call blocked, where earlier than its recorded wait. DTensor's backward waits through C++ (no
+    ``held`` (``functional_waits``): Kineto's ``wait_tensor`` ops; one that waited for the call (``_held_from``) is where it
+    blocked, where earlier than its recorded wait. DTensor's backward waits through C++ (no
     patched function): on ``bench/tp_fresh/llama_fsdp_tp.py`` at 200 Mbit/s such a wait held the end of 255 of 272
     functional all-reduces, the recorded wait 174 (the rest came 0.3-0.5 ms after the end), 4.9 ms of 8.0 blocked a call."""
     waits = {(int(r[Col.A]), int(r[Col.X])): int(r[Col.T_NS]) for r in records[records[:, Col.CODE] == Rec.OWN_WAIT]}
-    held = np.zeros((0, 2), np.int64) if held is None else held
+    pairs = own_pairs(inside, records, lo, hi, outside)
+    held_from = _held_from(pairs, inside, np.zeros((0, 2), np.int64) if held is None else held)
     out = []
-    for i, c in own_pairs(inside, records, lo, hi, outside):
+    for k, (i, c) in enumerate(pairs):
         kind, t0, t1 = inside[i]
-        call = int(c[Col.T_NS])
-        holds = held[(held[:, 0] >= call) & (held[:, 0] <= t1) & (held[:, 1] >= t1), 0]
-        waited = min(waits.get((OWN_KINDS.index(kind), call), t1), int(holds[0]) if len(holds) else t1)
+        waited = min(waits.get((OWN_KINDS.index(kind), int(c[Col.T_NS])), t1), held_from.get(k, t1))
         blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waited)
         if blocked < t1:
             out.append(_InOp(kind, blocked, t1, kind.event_bytes(int(c[Col.X]), int(c[Col.B])), int(c[Col.B])))
     return sorted(out, key=lambda x: x.start)
+
+
+def _held_from(pairs: list[tuple[int, np.ndarray]], inside: list[tuple[CommKind, int, int]], held: np.ndarray) -> dict[int, int]:
+    """Per pair (its index in ``pairs``), where the first of ``held`` (Kineto's waits, ``functional_waits``) that waited for
+    it began: a wait begun after the call and before the transfer's end, that lasted to it, is the wait for the one of
+    those transfers that ended last (the one it returned for: another that ended within it ended while the thread waited
+    for that one, hidden as it would have been)."""
+    calls = np.array([int(c[Col.T_NS]) for _, c in pairs], np.int64)
+    ends = np.array([inside[i][2] for i, _ in pairs], np.int64)
+    out: dict[int, int] = {}
+    for s, e in held.tolist():
+        on = np.flatnonzero((calls <= s) & (ends >= s) & (ends <= e))
+        if len(on):
+            k = int(on[np.argmax(ends[on])])
+            out[k] = min(out.get(k, s), s)
+    return out
 
 
 def own_pairs(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,
