@@ -16,6 +16,15 @@ after whatif's correction, the load of its minute) taken out.
     .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--cores 2"]          # predicted again, this code
 
 Goal (issue 16): median |error| <= 3 %, each <= 8 % over the what-if cells (a profile's link other than the cell's).
+
+Measured 2026-12-06 (exclusive holds, load 3.1-4.4, the jobs' own 4 ranks; docs/evidence.md, branch tptestbed60): far
+from the goal, and not from the TP re-pricing alone. The 200 Mbit/s link costs this machine's cores: a TCP stream
+between two of its namespaces took 22-24 ms of the receiver's CPU and 15 ms of softirq per MiB at 200 Mbit/s against
+1.2-2.0 and 0.8-1.1 at 1 Gbit/s (tbf paces single 1514 B packets: a wake-up each); the profiles' process CPU a step went
+93 -> 173 ms (Llama) and 203 -> 348 ms (Mixer) from 1 Gbit/s to 200 Mbit/s, gloo's threads 20 -> 69 and 38 -> 159 ms,
+so on 4 ranks sharing 2 cores compute slowed (Llama +54 ms a step) where no profile of the other link shows it. And the
+Mixer's 1 Gbit/s profile's link, fitted to FSDP's collectives of about 107 kB that tbf's 1 ms burst (125 kB) passes at
+once, runs at 2.8 Gbit/s (the Llama's 1.12): it prices its 0.75 MiB TP all-reduces' change at about a third of the wire's.
 """
 from __future__ import annotations
 
