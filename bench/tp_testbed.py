@@ -13,7 +13,7 @@ one, ``(p_L / p_P) / (m_L / m_P) - 1``, the what-if's error with the level the p
 after whatif's correction, the load of its minute) taken out.
 
     sudo .venv/bin/python bench/tp_testbed.py --models mixer,llama [--rounds 1] --keep DIR   # rounds add to DIR's
-    .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--cores 2"]          # predicted again, this code
+    .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--raw"]          # predicted again, this code
 
 Goal (issue 16): median |error| <= 3 %, each <= 8 % over the what-if cells (a profile's link other than the cell's).
 
@@ -144,7 +144,7 @@ def main() -> int:
     ap.add_argument("--keep", help="keep every round here (rounds add to those already kept)")
     ap.add_argument("--offline", metavar="KEPT", help="run nothing: the kept rounds predicted again by this code")
     ap.add_argument("--measure-only", action="store_true", help="run the rounds, leave the table to --offline (a shorter hold)")
-    ap.add_argument("--whatif-args", default="", help="more options for every whatif, e.g. '--cores 2'")
+    ap.add_argument("--whatif-args", default="", help="more options for every whatif, e.g. '--raw'")
     ap.add_argument("--src", default=os.path.join(os.path.dirname(HERE), "src"), help="the dagprof tree that predicts")
     args = ap.parse_args()
     extra = tuple(shlex.split(args.whatif_args))
