@@ -107,6 +107,27 @@ def test_an_asynchronous_call_blocks_from_its_wait():
     assert [(x.start, x.end, x.nbytes) for x in got] == [(25, 40, 16), (81, 90, 8)]  # gathered on 2 ranks
 
 
+def test_an_asynchronous_call_blocks_from_a_kineto_wait_tensor_that_held_its_end():
+    """DTensor's backward waits on its functional all-reduces through C++, not the patched ``wait_tensor``: the recorded
+    wait came after the transfer's end (the call looked hidden, left out). Kineto's ``_c10d_functional::wait_tensor`` that
+    began after the call and held the transfer's end is where it blocked; the earlier of the two counts; a Kineto wait that
+    ended before the transfer did, or began before the call, is another's."""
+    def rec(code: int, kind: CommKind, t: int, x: int) -> list[int]:
+        row = [0] * len(Col)
+        row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
+        return row
+
+    ar = CommKind.ALL_REDUCE
+    records = np.array([rec(Rec.OWN_ASYNC, ar, 10, 8), rec(Rec.OWN_WAIT, ar, 42, 10),  # recorded after the end (40)
+                        rec(Rec.OWN_ASYNC, ar, 50, 8), rec(Rec.OWN_WAIT, ar, 55, 50),  # recorded before Kineto's
+                        rec(Rec.OWN_ASYNC, ar, 70, 8), rec(Rec.OWN_WAIT, ar, 92, 70)], dtype=np.int64)  # Kineto's ended early
+    inside = [(ar, 12, 40), (ar, 51, 65), (ar, 71, 90)]
+    held = np.array([[5, 45], [20, 41], [58, 66], [72, 80]], np.int64)  # the first began before the call
+    got = in_op_sizes(inside, records, 0, 100, held=held)
+    assert [(x.start, x.end) for x in got] == [(20, 40), (55, 65)]
+    assert [(x.start, x.end) for x in in_op_sizes(inside, records, 0, 100)] == [(55, 65)]  # the recorded waits alone
+
+
 def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_it():
     """A module's own dist.all_gather_into_tensor(async_op=True) enqueues outside any Kineto op, as a logging all-reduce
     does; the latest call of its kind before that enqueue, asynchronous and waited for, makes it the model's own (paired

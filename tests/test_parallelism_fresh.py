@@ -259,6 +259,33 @@ def test_a_dagprof_run_of_fsdp_beside_tp_sizes_its_tp_collectives_as_the_models_
         assert code == 0 and "17 TP collectives a step per rank ran inside the ops" in out and said in out
 
 
+def test_a_dagprof_run_of_fsdp1_beside_tp_sizes_its_tp_collectives_as_the_models_shapes_imply(capsys):
+    """FSDP1's recorder patched FSDP's own c10d calls only, so an FSDP1 x TP job's DTensor all-reduces had a count and a time
+    in the TP row but no bytes, and link what-ifs kept them as measured. It now patches the functional collectives as
+    FSDP2's does. bench/tp_fresh/fsdp1_tp.py --layers 1 (batch 4, seq 16, dim 64, fp32) per rank and step over tp: 2
+    all-reduces in forward (proj's and down's outputs) and 4 in backward (q's, k's, v's and up's input gradients), each
+    4 x 16 x 64 x 4 bytes."""
+    one = 4 * 16 * 64 * 4
+    run = read_run(FRESH / "fsdp1-tp-dagprof")
+    for t in run.ranks:
+        assert t.meta.fsdp.api == "FullyShardedDataParallel"
+        assert {x.dim: (x.count, x.sized, x.nbytes) for x in t.meta.in_op_groups} == {"TP": (6, 6, 6 * one)}
+        pieces = t.events.nbytes[t.events.group_size > 0]  # those that blocked their op: re-priced by link what-ifs
+        assert len(pieces) and set(pieces.tolist()) == {one}
+    code, out, err = _cli(capsys, "analyze", FRESH / "fsdp1-tp-dagprof", "--json")
+    row = next(d for d in json.loads(out)["communication_by_dim"] if d["dim"] == "TP")
+    assert code == 0 and row["inside_ops_mb_per_iter"] == pytest.approx(2 * 6 * one / 2 ** 20)  # two TP groups, 1 step
+
+
+def test_a_dagprof_run_of_fsdp_beside_tp_cuts_each_functional_collective_where_kinetos_wait_tensor_held_its_end():
+    """DTensor's backward waits on its all-reduces through C++, not the patched ``wait_tensor``: where the recorded wait came
+    after the transfer's end, the all-reduce counted as hidden and link what-ifs left it as measured inside its op
+    (``run_comm.in_op_sizes``). On the T5 fixture 13-14 of a rank's 19 were pieces; with Kineto's waits, all but one of
+    rank 0's (its transfer ended before any wait)."""
+    run = read_run(FRESH / "t5-dp-tp-dagprof")
+    assert [int((t.events.group_size > 0).sum()) for t in run.ranks] == [18, 19, 19, 19]
+
+
 def test_compute_speed_on_a_dagprof_run_beside_tp_says_its_tp_collectives_speed_up_with_their_ops(capsys, tmp_path):
     """The TP all-reduces a dagprof run times inside the layers (about a quarter of stop 58's MLP-Mixer step) are divided by
     --compute-speed with those ops, where the note said every non-DP collective kept its measured time."""

@@ -32,7 +32,7 @@ from ..intervals import covered
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .parallelism import in_op_groups
-from .run_comm import device_ops, exchange_starts, in_op_sizes, own_call_bytes
+from .run_comm import device_ops, exchange_starts, functional_waits, in_op_sizes, own_call_bytes
 from .run_schema import FSDP1_API, FSDP2_API, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
@@ -74,7 +74,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
         # the job's functional collectives (a TP layer's all-reduces) the collector sized: pieces of the ops they blocked,
         # which link what-ifs re-price as a DDP job's (``run_comm.in_op_sizes``)
         spans = [(x[4], x[1], x[3]) for x in outside]
-        sized = in_op_sizes(spans, records, lo, hi)
+        sized = in_op_sizes(spans, records, lo, hi, held=functional_waits(kt))
         nbytes = own_call_bytes(spans, records, lo, hi)
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(_outside_text([x[1] for x in outside], records, steps, info.api, len(sized)))

@@ -215,7 +215,7 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         unseen[kind] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
     spans = [(colls.get(i, CommKind.UNKNOWN), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside]
     outside = [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host]
-    sized = in_op_sizes(spans, records, lo, hi, outside)
+    sized = in_op_sizes(spans, records, lo, hi, outside, functional_waits(kt))
     hooked = {kt.lanes[ev.lane[i]].name: dp_ranks for i in used}
     labelled = in_op_groups(kt, hooked, [(kt.lanes[ev.lane[i]].name, float(ev.dur[i]), b) for i, b in
                                          zip(inside, own_call_bytes(spans, records, lo, hi, outside))
@@ -288,8 +288,23 @@ def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[Com
     return out
 
 
+FUNCTIONAL_WAIT = "_c10d_functional::wait_tensor"  # the op every wait on a functional collective runs, wherever called from
+
+
+def functional_waits(kt: RankTrace) -> np.ndarray:
+    """(start, end) ns of each ``_c10d_functional::wait_tensor`` op Kineto saw, by start: where a thread blocked on a
+    functional collective, also where the collector's patched ``wait_tensor`` was not the caller (``in_op_sizes``)."""
+    ev = kt.events
+    if FUNCTIONAL_WAIT not in ev.names:
+        return np.zeros((0, 2), np.int64)
+    i = np.flatnonzero(ev.name == ev.names.index(FUNCTIONAL_WAIT))
+    start = kt.base_ns + np.round(ev.start[i] * 1e3).astype(np.int64)
+    out = np.stack([start, start + np.round(ev.dur[i] * 1e3).astype(np.int64)], axis=1)
+    return out[np.argsort(out[:, 0], kind="stable")]
+
+
 def in_op_sizes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,
-                outside: list[tuple[CommKind, int]] = ()) -> list[_InOp]:
+                outside: list[tuple[CommKind, int]] = (), held: np.ndarray | None = None) -> list[_InOp]:
     """The collectives Kineto shows inside the model's ops (``inside``: kind, transfer start and end, ns, in issue
     order) that the collector sized (``Rec.OWN_COLL``, ``Rec.OWN_ASYNC``, in the window ``[lo, hi]``), matched by kind in
     issue order. The job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows
@@ -297,15 +312,38 @@ def in_op_sizes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo
     calls and transfers then do not pair one to one (a call by a path the collector does not patch) is left unsized: timed
     inside its op as measured, and counted so. A blocking call blocked its thread from its transfer's start; an
     asynchronous one from its first wait (``Rec.OWN_WAIT``) on, so its piece starts there, and one whose transfer ended
-    before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise."""
+    before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise.
+    ``held`` (``functional_waits``): Kineto's ``wait_tensor`` ops; one that waited for the call (``_held_from``) is where it
+    blocked, where earlier than its recorded wait. DTensor's backward waits through C++ (no
+    patched function): on ``bench/tp_fresh/llama_fsdp_tp.py`` at 200 Mbit/s such a wait held the end of 255 of 272
+    functional all-reduces, the recorded wait 174 (the rest came 0.3-0.5 ms after the end), 4.9 ms of 8.0 blocked a call."""
     waits = {(int(r[Col.A]), int(r[Col.X])): int(r[Col.T_NS]) for r in records[records[:, Col.CODE] == Rec.OWN_WAIT]}
+    pairs = own_pairs(inside, records, lo, hi, outside)
+    held_from = _held_from(pairs, inside, np.zeros((0, 2), np.int64) if held is None else held)
     out = []
-    for i, c in own_pairs(inside, records, lo, hi, outside):
+    for k, (i, c) in enumerate(pairs):
         kind, t0, t1 = inside[i]
-        blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waits.get((OWN_KINDS.index(kind), int(c[Col.T_NS])), t1))
+        waited = min(waits.get((OWN_KINDS.index(kind), int(c[Col.T_NS])), t1), held_from.get(k, t1))
+        blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waited)
         if blocked < t1:
             out.append(_InOp(kind, blocked, t1, kind.event_bytes(int(c[Col.X]), int(c[Col.B])), int(c[Col.B])))
     return sorted(out, key=lambda x: x.start)
+
+
+def _held_from(pairs: list[tuple[int, np.ndarray]], inside: list[tuple[CommKind, int, int]], held: np.ndarray) -> dict[int, int]:
+    """Per pair (its index in ``pairs``), where the first of ``held`` (Kineto's waits, ``functional_waits``) that waited for
+    it began: a wait begun after the call and before the transfer's end, that lasted to it, is the wait for the one of
+    those transfers that ended last (the one it returned for: another that ended within it ended while the thread waited
+    for that one, hidden as it would have been)."""
+    calls = np.array([int(c[Col.T_NS]) for _, c in pairs], np.int64)
+    ends = np.array([inside[i][2] for i, _ in pairs], np.int64)
+    out: dict[int, int] = {}
+    for s, e in held.tolist():
+        on = np.flatnonzero((calls <= s) & (ends >= s) & (ends <= e))
+        if len(on):
+            k = int(on[np.argmax(ends[on])])
+            out[k] = min(out.get(k, s), s)
+    return out
 
 
 def own_pairs(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,

@@ -150,13 +150,17 @@ class FsdpRecorder:
                 patch(owner, name, lambda fn, name=name, arg=arg: self._job_call(fn, name, arg))
         patch(dist, "all_reduce", lambda fn: self._collective(self._job_call(fn, "all_reduce", "tensor"), "all_reduce", _tensor_arg("tensor", 0)))
         patch(DTensor, "full_tensor", self._full_tensor)
-        # the job's functional collectives (DTensor's: a TP layer's all-reduces) outside FSDP's calls, sized for Kineto's
-        # transfers as on a DDP job (``own_collectives``); FSDP's own and those inside a call recorded here are not
+        self._size_functional()
+        if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
+            self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
+
+    def _size_functional(self) -> None:
+        """The job's functional collectives (DTensor's: a TP layer's all-reduces) outside FSDP's calls, sized for Kineto's
+        transfers as on a DDP job (``own_collectives``) for the window; FSDP's own and those inside a call recorded here
+        are not. FSDP1's recorder too: its units' calls are c10d's, the job's TP layers' DTensor's."""
         pending: dict = {}
         self.c._restore.append(pending.clear)
         patch_functional(self.c, pending, self._recorded)
-        if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
-            self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
 
     def _patcher(self) -> Any:
         """``patch(owner, name, make)``: replace ``owner.name`` by ``make(original)`` until the window ends."""

@@ -141,6 +141,7 @@ class Fsdp1Recorder(FsdpRecorder):
         for name in tensor_collectives(dist, SCATTER_NAMES):
             patch(dist, name, lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
         patch(dist, "all_reduce", lambda fn: self._collective(fn, "all_reduce", _tensor_arg("tensor", 0)))
+        self._size_functional()
         if self._opt_hook is None:
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
 
