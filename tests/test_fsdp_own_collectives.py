@@ -47,3 +47,23 @@ def test_an_fsdp_call_takes_its_transfer_on_its_groups_own_lanes():
     gloo.sort(key=lambda x: x[1])
     lanes = [gloo[j][0] if j is not None else None for j in _call_transfers(info, calls, gloo)]
     assert lanes == ["dp b", "dp a"] * 6 + ["world"]
+
+
+def test_a_collective_between_two_passes_of_a_step_is_the_loops():
+    """SAM (``bench/fsdp_fresh/sam_convnext.py``) runs forward and backward twice a step and all-reduces the gradient norm
+    between them: once told as the model's own (a tensor-parallel all-reduce, SyncBatchNorm). A collective between a
+    backward's end and a checkpointed block's recompute (its forward, not the step's first layer's) stays the model's."""
+    import numpy as np
+
+    from dagprof.traces.fsdp_run import _outside_text
+    from dagprof.traces.run_schema import Rec
+
+    f, b = Rec.FWD_BEGIN, Rec.BWD_END
+    # layer 0 forward, layer 1 forward, backward of 1 (recomputing layer 1 first: forward of 1), backward of 0; then again
+    rows = [(f, 0, 100), (f, 1, 110), (f, 1, 150), (b, 1, 160), (b, 0, 200), (f, 0, 300), (f, 1, 310), (b, 1, 360), (b, 0, 400)]
+    records = np.array([[c, a, 0, t, 0] for c, a, t in rows], dtype=np.int64)
+    text = _outside_text([250, 140, 155, 500], records, [(5, 0, 1000)])
+    assert text.startswith("4 collective(s) a rank ran")
+    assert "2 within the forward and backward passes (the model's own" in text  # 140 (before a recompute), 155 (in it)
+    assert "; 1 between a backward and the next forward of one step (the loop's own, as a model run twice a step does: SAM's" in text
+    assert "; 1 before or after them (the job's own" in text

@@ -126,7 +126,8 @@ def findings(a: Analysis) -> list[Finding]:
     if overhead > 0.1 * it_ms:
         out.append(Finding(
             "framework overhead on the critical path",
-            f"{overhead:.1f} ms per iteration is idle time between ops (Python, dispatch, launch latency) on the critical path"
+            f"{overhead:.1f} ms per iteration is time between the timed ops (Python, dispatch, launch latency, or work nothing "
+            "timed) on the critical path"
             + (f"; the largest parts: {', '.join(f'{k} {v / steps / 1e3:.1f} ms' for k, v in list(a.path.overhead.items())[:3])}"
                if a.path.overhead else ""),
             overhead,
@@ -138,10 +139,27 @@ def findings(a: Analysis) -> list[Finding]:
     return sorted(out, key=lambda f: -f.ms_per_iter)
 
 
+# what the loop's own gaps between the hooked model's calls hold (``traces.run_partition``'s phases): compute the loop runs
+# outside the wrapped model lands here untimed, named nowhere else (MoCo's key encoder in ``other:loss``, 59.6 of a 165 ms
+# step: bench/ddp_fresh/moco_shuffle_bn.py; a distilled spotter's features and teacher in ``other:pre-forward`` and
+# ``other:post-backward``, 240 and 248 ms of an 824 ms step: bench/ddp_fresh/kws_stft_distill.py)
+_LOOP_GAPS = {
+    "other:pre-forward": "the step's code before the model's first forward: zero_grad, the batch's preparation (features, "
+                         "augmentation)",
+    "other:loss": "the code between the model's forward and its backward: the loss",
+    "other:post-backward": "the code after a backward, before the optimizer or the next micro-batch's forward: clipping, the next "
+                           "micro-batch's preparation",
+}
+
+
 def _between(a: Analysis, op: str) -> str:
     """Where an ``other:forward``/``other:backward`` gap (time between timed layers) leads the path: the modules whose
     gradients no timed layer's forward ran, whose code it holds (a profile from before ``nn.MultiheadAttention`` was
-    timed as one layer names its attention here, not only "other:forward")."""
+    timed as one layer names its attention here, not only "other:forward"); where a gap of the loop's own leads it
+    (``_LOOP_GAPS``), what that can hold."""
+    if op in _LOOP_GAPS:
+        return (f" (time no hook timed: {_LOOP_GAPS[op]}, and any module run outside the wrapped model there, such as a frozen "
+                "teacher or an EMA or momentum encoder; the Kineto trace dagprof profile writes beside each rank names its ops)")
     g = a.graph
     if op not in ("other:forward", "other:backward") or not g.meta.layer_grad_bytes:
         return ""

@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> dict:
             result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds or ROUNDS, args.ranks, args.emulate)
     result = staged.final_path(result)
     fsdp = found.profile.graph.meta.fsdp
-    return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api)}
+    hybrid = fsdp is not None and any(len(u.mesh) == 2 for u in fsdp.units)  # HSDP: (replicate, shard)
+    return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api, hybrid)}
 
 
 def searched(found) -> dict:
@@ -117,12 +118,15 @@ def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | N
         return check_strategy(cmd, found, out, rounds, ranks, on.cluster, say).to_dict()
 
 
-def recommendation(res, path: str, fsdp_api: str | None = None) -> str:
+def recommendation(res, path: str, fsdp_api: str | None = None, hybrid: bool = False) -> str:
+    """``hybrid``: an FSDP1 HYBRID_SHARD job, whose strategies that keep or reshard a unit keep its replicas too (SHARD_GRAD_OP
+    would shard it over every rank: another layout than the one searched)."""
     if res.memory_reason:
         return res.memory_reason
     if fsdp_api is not None and fsdp_api != FSDP2_API:  # FSDP1 fixes a unit's sharding when it is wrapped
-        return (f"wrap the units as {path!r} says: FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.SHARD_GRAD_OP) "
-                "for a unit kept gathered after forward, FULL_SHARD for one resharded, MixedPrecision(reduce_dtype=...) for the reduce "
+        kept, resharded = ("_HYBRID_SHARD_ZERO2", "HYBRID_SHARD") if hybrid else ("SHARD_GRAD_OP", "FULL_SHARD")
+        return (f"wrap the units as {path!r} says: FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.{kept}) "
+                f"for a unit kept gathered after forward, {resharded} for one resharded, MixedPrecision(reduce_dtype=...) for the reduce "
                 "dtype (dagprof.apply configures fully_shard models only)")
     model = "fsdp_model" if res.to_dict().get("fsdp") else "ddp_model"
     return f"dagprof.apply({model}, {path!r}) before training, or verify it: dagprof optimize RUN --verify -- CMD"

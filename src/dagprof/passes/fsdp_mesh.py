@@ -436,6 +436,9 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
     if (replicate, shard) != (replicate0, shard0):
         check_post_forward_workers(g, shard)
     if replicate != replicate0 and shard == shard0:
+        if g.meta.fsdp.api != FSDP2_API:  # set_mesh's own refusal names --mesh, which this user did not give
+            raise DagprofError(f"--workers {workers}: this FSDP1 HYBRID_SHARD job (mesh {replicate0}x{shard0}) would grow its "
+                               f"replicate dimension to {replicate}x{shard}, modelled for FSDP2 (fully_shard) profiles only")
         return set_mesh(g, replicate, shard, costs)
     if shard != shard0 and not hybrid(g):  # plain FSDP: the units shard over the new degree, which prices each ring
         fs = g.meta.fsdp

@@ -139,15 +139,30 @@ def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str 
     backward) they are the model's own (a DP x TP job's tensor-parallel all-reduces: bench/tp_fresh/t5_dp_tp.py ran about
     30 a step, once all told as clipping and saves), before or after them the job's (clipping, saves, logging). FSDP1 has no
     DTensor: its own ``clip_grad_norm_`` all-reduces the norm (``bench/fsdp_fresh/fsdp1_sgo_frozen.py``, once a step).
+    Between a backward and the next forward of one step (the last layer record before it a backward's end, the next one
+    the forward of the step's first layer: a checkpointed block's recompute in backward starts at that block) a collective
+    is the loop's, not the model's: SAM's gradient norm between its two passes (``bench/fsdp_fresh/sam_convnext.py``, once
+    told as a tensor-parallel all-reduce or SyncBatchNorm's statistics).
     ``sized``: those of them whose bytes the collector recorded (DTensor's functional collectives), pieces of the ops they
     blocked that link what-ifs re-price (``run_comm.in_op_sizes``)."""
     clip = "FSDP1's clip_grad_norm_ (its all-reduce of the norm)" if api == FSDP1_API else "clip_grad_norm_'s on DTensor gradients"
     code, t = records[:, Col.CODE], records[:, Col.T_NS]
-    layer_t = t[(code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)]
+    layer = (code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)
+    order = np.argsort(t[layer], kind="stable")
+    layer_t, layer_fwd, layer_id = t[layer][order], (code[layer] == Rec.FWD_BEGIN)[order], records[layer, Col.A][order]
     passes = [(int(w.min()), int(w.max())) for _, b0, b1 in steps if len(w := layer_t[(layer_t >= b0) & (layer_t <= b1)])]
-    inside = sum(any(a <= x <= b for a, b in passes) for x in starts)
+    within = np.array([any(a <= x <= b for a, b in passes) for x in starts], dtype=bool)
+    between = np.zeros(len(starts), dtype=bool)
+    if within.any():  # then a pass holds layer records
+        first = [int(f[0]) for a, _ in passes if len(f := layer_id[(layer_t >= a) & layer_fwd])]  # each step's first layer forward
+        at = np.minimum(np.searchsorted(layer_t, np.asarray(starts, dtype=np.int64)), len(layer_t) - 1)  # the next layer record
+        between = within & layer_fwd[at] & np.isin(layer_id[at], first) & ~layer_fwd[np.maximum(at - 1, 0)]
+    inside, loop = int(within.sum() - between.sum()), int(between.sum())
     parts = [f"{inside} within the forward and backward passes (the model's own: a tensor-parallel layer's all-reduce, SyncBatchNorm's "
              "statistics; what-ifs of data parallelism leave them as they are)"] * bool(inside)
+    parts += [f"{loop} between a backward and the next forward of one step (the loop's own, as a model run twice a step does: SAM's "
+              "gradient norm; what-ifs of data parallelism leave them as they are)"] * bool(loop)
+    inside += loop
     parts += [f"{len(starts) - inside} before or after them (the job's own: {clip}, a dist.all_reduce "
               "of ignored parameters' gradients or of a loss through the functional collectives; DTensor.full_tensor's and blocking "
               "torch.distributed calls such as DCP's are recorded)"] * (len(starts) > inside)
