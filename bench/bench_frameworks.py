@@ -317,6 +317,8 @@ def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float,
     got = {"load": load, "exit": codes, "wire_mb": (sent1 - sent0) / 1e6, "others_cpu_pct": others}
     if any(abs(a - rate) > 1e-3 * rate for a in after):
         return got | {"refused": f"the link was shaped at {', '.join(f'{a / 1e6:g}' for a in after)} Mbit/s after the job, not {rate / 1e6:g}"}
+    if any(codes):  # a job that failed leaves no step to predict from or to measure: say so, not what its reader makes of its files
+        return got | {"refused": f"{name}: the job exited with status {', '.join(map(str, codes))} (its logs: {out}/log*.txt, launcher.txt)"}
     return got
 
 
