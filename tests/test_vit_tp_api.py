@@ -1,0 +1,40 @@
+"""A DP x TP ViT averaging its gradients itself, profiled by the Python API (``bench/tp_fresh/vit_tp_manual_dp.py``,
+``tests/data/tp-fresh/vit-tp-api``: 4 gloo ranks, DP groups {0,2},{1,3}, TP groups {0,1},{2,3}, no DDP or FSDP).
+
+Four answers its user met wrong (stop 60): "not a DDP job (compute only, no communication)" beside 24 all-reduces a
+step; those all-reduces labelled "DP x4, group 0" and the TP ones "unknown"; ``--tp-degree`` "profiled: 1"; and the
+hint for the missing sizes named only ``dagprof profile``, which refuses this job."""
+from __future__ import annotations
+
+import pytest
+from testdata import DATA
+
+from dagprof.graph.build import build_graph
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.parallelism import Dim
+
+RUN = DATA / "tp-fresh" / "vit-tp-api"
+
+
+@pytest.fixture(scope="module")
+def run():
+    return read_run(RUN)
+
+
+@pytest.fixture(scope="module")
+def graph(run):
+    return build_graph(run)
+
+
+def test_the_data_parallel_groups_are_the_mesh_ones(run, graph):
+    assert {t.rank: tuple(t.group_ranks[t.groups[0]]) for t in run.ranks} == {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}
+    par = graph.meta.parallel
+    assert par.dp_size == 2 and sorted(par.dp_groups) == [(0, 2), (1, 3)]
+    dp = [g for g in par.groups if Dim.DP.text in g.dims]
+    assert sorted(g.ranks for g in dp) == [(0, 2), (1, 3)] and all(g.dims == {"DP": 48} for g in dp)
+
+
+def test_the_tensor_parallel_ones_are_labelled_by_their_group(graph):
+    inside = graph.meta.parallel.in_op_groups
+    assert {(g.group, g.dim) for g in inside} == {("0,1", "TP"), ("2,3", "TP")}
+    assert sum(g.count for g in inside) == 24  # 6 a step on each of the 4 ranks, one step
