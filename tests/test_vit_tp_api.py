@@ -26,6 +26,12 @@ def graph(run):
     return build_graph(run)
 
 
+def test_the_collectives_are_said_not_compute_only(run):
+    said = [str(w) for w in run.meta.warnings]
+    assert not any("compute only" in w for w in said)
+    assert any(w.startswith("no DDP or FSDP model: the 30 collectives a step per rank are the script's own calls") for w in said)
+
+
 def test_the_data_parallel_groups_are_the_mesh_ones(run, graph):
     assert {t.rank: tuple(t.group_ranks[t.groups[0]]) for t in run.ranks} == {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}
     par = graph.meta.parallel
