@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from testdata import DATA
 
+from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
+from dagprof.passes.workers import refuse_degree
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.parallelism import Dim
 
@@ -44,3 +46,9 @@ def test_the_tensor_parallel_ones_are_labelled_by_their_group(graph):
     inside = graph.meta.parallel.in_op_groups
     assert {(g.group, g.dim) for g in inside} == {("0,1", "TP"), ("2,3", "TP")}
     assert sum(g.count for g in inside) == 24  # 6 a step on each of the 4 ranks, one step
+
+
+def test_the_tp_degree_is_the_profiled_two(graph):
+    refuse_degree(graph, Dim.TP, 2, "--tp-degree")  # the profiled degree is accepted
+    with pytest.raises(DagprofError, match=r"a TP degree of 4 is not modelled \(profiled: 2\)"):
+        refuse_degree(graph, Dim.TP, 4, "--tp-degree")
