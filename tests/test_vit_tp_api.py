@@ -11,6 +11,7 @@ from testdata import DATA
 
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
+from dagprof.passes.link_fit import profiled_comm
 from dagprof.passes.workers import refuse_degree
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.parallelism import Dim
@@ -52,3 +53,8 @@ def test_the_tp_degree_is_the_profiled_two(graph):
     refuse_degree(graph, Dim.TP, 2, "--tp-degree")  # the profiled degree is accepted
     with pytest.raises(DagprofError, match=r"a TP degree of 4 is not modelled \(profiled: 2\)"):
         refuse_degree(graph, Dim.TP, 4, "--tp-degree")
+
+
+def test_the_sizes_hint_names_the_python_api(graph):
+    with pytest.raises(DagprofError, match=r"dagprof\.profile\(DIR, \.\.\., record_shapes=True\)"):
+        profiled_comm(graph)
