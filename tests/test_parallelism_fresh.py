@@ -178,12 +178,15 @@ def test_expert_all_to_all_beside_dp():
     assert {n: set(x) for n, (_, _, x) in got.items()} == {"0": {"EP/CP", "DP"}}
 
 
-def test_dagprof_run_of_a_hybrid_job_refuses_every_tp_degree(capsys, tmp_path):
-    """dagprof's hooks see DDP over the DP sub-mesh only: TP 1 was accepted as profiled before, TP 2 refused as 'profiled: 1'."""
-    for degree in (1, 2):
-        code, out, err = _cli(capsys, "whatif", DATA / "hybrid-dp-tp-dagprof", "--tp-degree", degree, "-o", tmp_path)
-        assert code == 2 and "2 ranks per data-parallel replica, which dimension they hold not recorded" in err
-        assert len(err.strip().splitlines()) == 1 and out == ""
+def test_dagprof_run_of_a_hybrid_job_knows_its_tp_degree(capsys, tmp_path):
+    """dagprof's hooks see DDP over the DP sub-mesh only; its Kineto trace shows the TP all-reduces inside the ops, labelled by
+    their mesh_tp groups of 2 (``in_op_groups``): TP 1 is refused as 'profiled: 2' (it was accepted at first, then refused
+    as 'which dimension they hold not recorded'), and TP 2 is the profiled degree."""
+    code, out, err = _cli(capsys, "whatif", DATA / "hybrid-dp-tp-dagprof", "--tp-degree", 1, "-o", tmp_path)
+    assert code == 2 and "a TP degree of 1 is not modelled (profiled: 2)" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
+    code, out, err = _cli(capsys, "whatif", DATA / "hybrid-dp-tp-dagprof", "--tp-degree", 2, "-o", tmp_path)
+    assert code == 0 and "Traceback" not in err
 
 
 def test_mesh_on_a_dagprof_run_of_fsdp_beside_tp_refuses_as_hybrid(capsys, tmp_path):

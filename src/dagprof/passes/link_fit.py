@@ -128,7 +128,10 @@ def medium_equivalent_bytes(g: Graph, idx: np.ndarray, half_duplex: bool) -> np.
     return equiv * np.array([1.0 if fsdp and k == CommKind.ALL_GATHER else one_way_share(k, n, backend) for k in kinds])
 
 
-SIZES_HINT = "torch.profiler records them only with record_shapes=True; `dagprof profile` always does"
+# the Python API records no shapes by default (their cost on small CPU ops): a DP x TP ViT profiled by it was told to use
+# `dagprof profile`, which refused it (no DDP/FSDP model)
+SIZES_HINT = ("torch.profiler records them only with record_shapes=True; `dagprof profile` always does, the Python API "
+              "with `dagprof.profile(DIR, ..., record_shapes=True)`")
 
 
 def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
@@ -140,13 +143,13 @@ def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
     comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm]], dtype=np.int64)
     comm = comm[(g.dur[comm] >= 0) if overlapping else (g.dur[comm] > 0)] if len(comm) else comm
     if not len(comm) or not (g.nbytes[comm] > 0).any():
-        if hybrid(g):
-            why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
-            raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
-                               f"duration (its collectives: {g.meta.parallel.describe()}{why})")
         hint = ""
         if len(comm) and g.meta.framework is None:  # timed, but sizeless: a Kineto trace recorded without shapes
             hint = f" ({len(comm)} collectives timed without their sizes: {SIZES_HINT})"
+        if hybrid(g):
+            why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
+            raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
+                               f"duration (its collectives: {g.meta.parallel.describe()}{why}){hint}")
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to" + hint, g.meta.source)
     par = g.meta.parallel
     if par is not None and par.ungrouped:

@@ -87,8 +87,10 @@ def _gathered_sparse(g: Graph, workers: int, n0: int) -> Graph:
 def refuse_degree(g: Graph, dim: Dim, degree: int, flag: str) -> None:
     """A new tensor/pipeline/expert degree is not modelled: one line naming ``flag`` saying so (the profiled degree is accepted)."""
     par = g.meta.parallel
-    sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks}) if par is not None else []
-    present = par is not None and any(dim.text in x.dims for x in par.groups)
+    # a dagprof run times the collectives no hook saw inside the ops that issued them, labelled by their group (``in_op_groups``)
+    inside = {len(x.group.split(",")) for x in par.in_op_groups if x.dim == dim.text and x.group} if par is not None else set()
+    sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks} | inside) if par is not None else []
+    present = par is not None and (any(dim.text in x.dims for x in par.groups) or bool(inside))
     # a dagprof run of a hybrid job records its data-parallel collectives only: the replica's other dimensions are unseen
     unseen = par is not None and not present and par.dims <= {Dim.DP} and 0 < par.dp_size < par.world_size and not par.dp_mesh
     if sizes == [degree] or (not present and not unseen and degree == 1):

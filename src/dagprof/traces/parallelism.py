@@ -128,6 +128,14 @@ def desc_dim(desc: str) -> Dim:
     return Dim.UNKNOWN
 
 
+def described_dp_group(trace: RankTrace) -> tuple[int, ...]:
+    """The ranks of the rank's one process group that pg_config describes as data parallel (DeviceMesh's ``mesh_dp``);
+    () where it describes none, or several of different ranks."""
+    desc = trace.meta.group_desc
+    found = {tuple(r) for n, r in trace.group_ranks.items() if trace.rank in r and desc_dim(desc.get(n, "")) is Dim.DP}
+    return found.pop() if len(found) == 1 else ()
+
+
 def in_op_groups(trace: RankTrace, hooked: dict[str, tuple[int, ...]], unhooked: list[tuple[str, float, int]]) -> list[InOpGroup]:
     """A dagprof run's collectives that Kineto shows but no hook saw (``unhooked``: each one's lane, transfer us and the
     bytes the collector recorded for its call, 0 where none (``run_comm.own_call_bytes``); the

@@ -15,7 +15,7 @@ import numpy as np
 from .comm_kind import P2P
 from .events import CommKind, CommRole, Dep, Kind, Lane, LaneKind, RankTrace
 from .meta import HookWire, UnseenCollective
-from .parallelism import in_op_groups
+from .parallelism import described_dp_group, in_op_groups
 from .run_schema import OWN_KINDS, Col, Rec
 from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
 
@@ -135,12 +135,16 @@ def hook_comm(records: np.ndarray, world: int) -> _Comm:
 def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: list, warnings: list,
                 dp_ranks: tuple[int, ...] = ()) -> _Comm:
     """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order. ``dp_ranks``:
-    DDP's group's ranks (a comm hook's all-gathers gather theirs), by default the job's."""
-    dp_ranks = dp_ranks or tuple(range(world))
-    dp = len(dp_ranks)
+    DDP's group's ranks (a comm hook's all-gathers gather theirs); none recorded and no DDP bucket: the rank's one group
+    pg_config describes as data parallel (a DP x TP job averaging its gradients itself over DeviceMesh's "dp" group ran
+    them in {0,2} and {1,3}, read as one group of 4), else the job's."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank, world=world)
+    code = records[:, Col.CODE]
+    told = () if dp_ranks or (code == Rec.ENQ_BEGIN).any() else described_dp_group(kt)
+    dp_ranks = dp_ranks or told or tuple(range(world))
+    dp = len(dp_ranks)
     warnings += kt.meta.warnings  # what its reader noticed (events dropped and counted) is said with the rank's own
     ev = kt.events
     lo, hi = steps[0][1], steps[-1][2]
@@ -148,7 +152,6 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
     colls = kt.meta.collectives.by_event() if kt.meta.collectives is not None else {}
     idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
     idx.sort(key=lambda i: ev.start[i])
-    code = records[:, Col.CODE]
     enq = sorted((int(r[Col.B]), int(r[Col.A]), int(r[Col.T_NS]), int(x[Col.X])) for r, x in
                  zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
     transfers, seq_of, used = [], {}, set()
@@ -203,7 +206,8 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j]),
                                   comm_kind=CommKind(int(ev.comm_kind[j]))))
-        host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, CommKind.UNKNOWN), h.start)]
+    host_calls = host
+    host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, CommKind.UNKNOWN), h.start)]
     kept = {h.seq for h in host}
     own_bytes = outside_sizes(records, lo, hi, [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start, h.seq) for h in host])
     transfers = [replace(t, nbytes=own_bytes[t.seq]) if not t.nbytes and t.seq in own_bytes else t for t in transfers]
@@ -217,11 +221,13 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
     outside = [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host]
     sized = in_op_sizes(spans, records, lo, hi, outside, functional_waits(kt))
     hooked = {kt.lanes[ev.lane[i]].name: dp_ranks for i in used}
+    if told:  # no DDP: the lanes of the collectives the script called itself (not inside an op) are its data-parallel group's
+        hooked |= {t.lane: dp_ranks for t in transfers if t.seq in {h.seq for h in host_calls}}
     labelled = in_op_groups(kt, hooked, [(kt.lanes[ev.lane[i]].name, float(ev.dur[i]), b) for i, b in
                                          zip(inside, own_call_bytes(spans, records, lo, hi, outside))
                                          if colls.get(i, CommKind.UNKNOWN) not in P2P and colls.get(i) != CommKind.ALL_TO_ALL])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 device_ops(kt, lo, hi, at), unseen, in_op=sized, in_op_groups=labelled)
+                 device_ops(kt, lo, hi, at), unseen, in_op=sized, in_op_groups=labelled, dp_ranks=told)
 
 
 def _hook_ops(call: HookCall, idx: list[int], colls: dict, used: set[int], ev, at) -> list[int]:

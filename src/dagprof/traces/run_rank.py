@@ -80,8 +80,8 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         if f.zero is not None and f.zero.buckets:  # overlap_with_ddp: ZeRO stepped inside DDP's comm hook
             comm = overlap_comm(records, f.zero, steps, kpath is not None, warnings, path)
         else:
-            dp = tuple(f.ddp_group_ranks) or tuple(range(f.world_size))  # a comm hook's all-gathers gather DDP's group's ranks
-            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings, dp) if kpath else hook_comm(records, len(dp))
+            dp = tuple(f.ddp_group_ranks)  # a comm hook's all-gathers gather DDP's group's ranks
+            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings, dp) if kpath else hook_comm(records, len(dp) or f.world_size)
             if f.zero is not None:
                 label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]
@@ -256,7 +256,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         rows.flows.append((enqueue_ev[t.seq], i))
         if t.seq in after_ev:
             rows.flows.append((i, after_ev[t.seq]))
-    ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
+    ddp_ranks = list(f.ddp_group_ranks or comm.dp_ranks) or list(range(f.world_size))
     group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
     groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)

@@ -38,6 +38,9 @@ class _Comm:
     optimizer: OptimizerOps | None = None  # FSDP2 with Kineto: what its optimizer steps ran (``fsdp_run.optimizer_ops``)
     in_op: list[_InOp] = field(default_factory=list)  # those of ``unseen`` whose bytes are known (``run_comm.in_op_sizes``)
     in_op_groups: list[InOpGroup] = field(default_factory=list)  # Kineto's collectives no hook saw, by group and dimension
+    # the ranks of the data-parallel group the host collectives ran in, where the trace's pg_config tells and the rank file
+    # does not (no DDP model: the user's own gradient all-reduces over DeviceMesh's "dp" group); (): the rank file's
+    dp_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
