@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 from ..demo import DemoSettings, interval_notes, run_demo
@@ -34,7 +35,8 @@ def run(args) -> dict:
         try:
             result = run_demo(DemoSettings(out_dir=staged.path, world_size=args.ranks, link=None if args.loopback else args.link,
                                            verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless,
-                                           budget_s=args.budget, rounds=args.rounds))
+                                           budget_s=args.budget, rounds=args.rounds),
+                              say=lambda m: print(wrap_lines([m]), file=sys.stderr))  # its progress folded as its report
         except DagprofError as err:
             raise kept_for_a_look(err, staged) from None
     return staged.final_path(result)
