@@ -219,7 +219,8 @@ def test_ddps_used_parameter_all_reduce_is_not_called_the_models():
     g = build_graph(read_run(FRESH / "moe-uneven"))
     text = g.meta.parallel.in_ops_text()
     assert text.startswith("1 collectives a step per rank (all_reduce x1;")
-    assert "beside DDP's gradient buckets: 1 of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)." in text
+    assert ("beside the gradients' data-parallel collectives: 1 of them DDP's all-reduce of which parameters got a gradient "
+            "(find_unused_parameters=True).") in text
     assert "SyncBatchNorm" not in text
 
 

@@ -228,7 +228,7 @@ class Parallelism:
         whose = (f"{used:g} of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)"
                  + (f", the rest {own}" if n > used else "")) if used else own
         head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
-                f"other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: {whose}. The graph "
+                f"other ranks included) ran inside the model's own ops, beside the gradients' data-parallel collectives: {whose}. The graph "
                 "times them inside the ops that issued them" + (": counted so in the breakdown by dimension" if self.in_op_groups
                                                                  else ": not in the breakdown by dimension"))
         sized, rest = self.in_ops_sized, n - self.in_ops_sized
