@@ -125,29 +125,31 @@ def with_mesh(g: Graph, replicate: int, shard: int) -> Graph:
     return g.replace(meta=g.meta.replace(fsdp=record))
 
 
-def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = None) -> Graph:
+def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = None, asked: str | None = None) -> Graph:
     """What if the FSDP2 job ran as ``replicate`` x ``shard`` (HSDP; 1 x N: plain FSDP), the same batch per rank?
-    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step, else by the profile's own (``step_scale``)."""
+    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step, else by the profile's own (``step_scale``).
+    ``asked``: the flag as the user gave it, which a refusal names (``--workers 8`` reaches here too); else ``--mesh RxS``."""
+    flag = asked or f"--mesh {replicate}x{shard}"
     if not is_fsdp_graph(g):
         raise DagprofError("--mesh is an FSDP what-if; this profile is not an FSDP job")
     if (replicate, shard) != mesh_of(g):
-        refuse_post_forward(g, f"--mesh {replicate}x{shard}")
+        refuse_post_forward(g, flag)
     if g.meta.fsdp.api != FSDP2_API:
         raise DagprofError("--mesh is modelled for FSDP2 (fully_shard) profiles; FSDP1 fixes its sharding strategy at wrap time")
     if len({tuple(u.mesh) for u in g.meta.fsdp.units}) > 1:
-        raise DagprofError("--mesh: this profile's units are on different meshes; not modelled")
+        raise DagprofError(f"{asked or '--mesh'}: this profile's units are on different meshes; not modelled")
     r0, s0 = mesh_of(g)
     if shard < 2 and replicate > 1:  # --data-parallel refuses an HSDP profile: sent there, its user met a second refusal
         hint = ("--data-parallel ddp answers replication" if r0 == 1 else
                 "--data-parallel ddp answers replication from a plain FSDP profile (1xN), not from this HSDP one")
-        raise DagprofError(f"--mesh {replicate}x{shard}: a shard dimension of one rank (replication only) is not modelled; {hint}")
+        raise DagprofError(f"{flag}: a shard dimension of one rank (replication only) is not modelled; {hint}")
     w0, world = graph_world_size(g), replicate * shard
     if hybrid(g) and g.world_size == w0 and r0 * s0 < w0:  # FSDP over the dp sub-mesh beside TP/PP (tp_fresh/mixer_dp_tp.py)
-        raise DagprofError(f"--mesh: this job shards over {r0 * s0} of its {w0} ranks beside another dimension (TP/PP/EP: "
+        raise DagprofError(f"{asked or '--mesh'}: this job shards over {r0 * s0} of its {w0} ranks beside another dimension (TP/PP/EP: "
                            f"{w0 // (r0 * s0)} ranks per data-parallel replica); the HSDP layout of a hybrid job is not modelled "
                            "(--workers scales its data-parallel degree)")
     if g.world_size != w0 or r0 * s0 != w0:
-        raise DagprofError(f"--mesh: the graph holds {g.world_size} of {w0} ranks (mesh {r0}x{s0}); give it the unfolded profile")
+        raise DagprofError(f"{asked or '--mesh'}: the graph holds {g.world_size} of {w0} ranks (mesh {r0}x{s0}); give it the unfolded profile")
     if (replicate, shard) == (r0, s0):
         return g
     src = g if world == w0 else _copy_ranks(g, np.arange(world) % w0)
@@ -436,10 +438,10 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
     if (replicate, shard) != (replicate0, shard0):
         check_post_forward_workers(g, shard)
     if replicate != replicate0 and shard == shard0:
-        if g.meta.fsdp.api != FSDP2_API:  # set_mesh's own refusal names --mesh, which this user did not give
+        if g.meta.fsdp.api != FSDP2_API:  # said for the replicas this flag grows (set_mesh's says why FSDP1 is not modelled)
             raise DagprofError(f"--workers {workers}: this FSDP1 HYBRID_SHARD job (mesh {replicate0}x{shard0}) would grow its "
                                f"replicate dimension to {replicate}x{shard}, modelled for FSDP2 (fully_shard) profiles only")
-        return set_mesh(g, replicate, shard, costs)
+        return set_mesh(g, replicate, shard, costs, asked=f"--workers {workers}")
     if shard != shard0 and not hybrid(g):  # plain FSDP: the units shard over the new degree, which prices each ring
         fs = g.meta.fsdp
         g = g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, mesh=[shard]) for u in fs.units])))
