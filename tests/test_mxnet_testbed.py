@@ -172,3 +172,21 @@ def test_two_trees_predictions_of_the_kept_rounds_join_by_round_and_cell():
     assert out[1]["measured_ms"] == [100.0, 101.0]
     assert out[1]["before"] == [93.0, 94.0] and out[1]["after"] == [113.0, 114.0]
     assert out[1]["after queued"] == [114.0, 115.0] and "after queued" not in out[0]
+
+
+def test_service_order_reads_each_workers_first_push_and_last_pull(tmp_path, capsys, monkeypatch):
+    """bench/mx_service_order.py on the 4-worker testbed run, kept as a round: per step, each worker's exchange from its
+    first push to its last pull (as the run's own exchange spans), and the order the port served them."""
+    import mx_service_order
+
+    per = mx_service_order.exchanges(str(TESTBED / "s1_200M_w4"))
+    g = build_ps_graph(load(str(TESTBED / "s1_200M_w4")))
+    spans = {(s, w): us for s, w, us in g.meta.ps.exchange_us}
+    assert sorted(per) == sorted({s for s, _ in spans}) and all(len(ws) == 4 for ws in per.values())
+    assert all(end - start == pytest.approx(spans[(s, w)], abs=1.0) for s, ws in per.items() for w, (start, end) in ws.items())
+    (tmp_path / "round0").mkdir()
+    (tmp_path / "round0" / "s1_200M_w4").symlink_to(TESTBED / "s1_200M_w4")
+    monkeypatch.setattr(sys, "argv", ["mx_service_order.py", "--cell", "s1_200M_w4", str(tmp_path)])
+    assert mx_service_order.main() == 0
+    line = capsys.readouterr().out
+    assert f"(s1_200M_w4): {len(per)} profiled steps" in line and f"of {len(per) - 1};" in line
