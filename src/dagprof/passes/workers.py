@@ -165,7 +165,12 @@ def shared_port_note(g: Graph, workers: int) -> str | None:
     33-84 ms apart in 2 of its profiles (the replayed copies 2-5) and began their next pushes as far apart, so one worker's
     pushes went into the server's port while the others' pulls still came out of it (a port's two directions carry apart): 2 -> 3 workers ran
     x1.35 / x1.39 (medians of each hold's rounds) against the x1.50 of the port's bytes in lockstep, the step 6-9 % under
-    the replay (``bench/mx_before_after.py``; 2 workers at 200 Mbit/s, pulls 2-35 ms apart, within 1 %)."""
+    the replay (``bench/mx_before_after.py``; 2 workers at 200 Mbit/s, pulls 2-35 ms apart, within 1 %). Later rounds of the
+    same cells (7 in two holds, load 2.5-3.5) came out within 3 % either side (medians over rounds; 2 -> 3 workers x1.40-1.44 against x1.49-1.51
+    replayed). The port serves the workers in arrival order, partly (``bench/mx_service_order.py``: the first to push got
+    its last pull first in 32 of 44 steps, the last pulls 37-45 ms apart where strict arrival order gives ~138); served
+    in strict arrival order, per key or per worker, the replay moved the 3-worker cells 0-17 points down, away from the
+    measurement (``bench/mx_port_order.patch``, docs/evidence.md, branch mx3w61)."""
     n0 = int(g.world_size)
     if g.meta.ps is None or workers <= n0:
         return None
@@ -173,7 +178,7 @@ def shared_port_note(g: Graph, workers: int) -> str | None:
     return (f"--workers {workers}: each server's port shared fairly by the {workers} workers in lockstep (the {n0} profiled began their "
             f"pushes {np.median(spread) / 1e3:.0f} ms apart); TCP serves streams through one port unevenly, so workers fall out of "
             "step, either way from lockstep on the 200 Mbit/s testbed (1 server: 4 mx_mlp.py workers 6 % over the replay, "
-            "3 mx_deepfm_workers.py ones 6-9 % under it, pushing in while others pulled)")
+            "3 mx_deepfm_workers.py ones 6-9 % under it in one session, within 3 % in another, pushing in while others pulled)")
 
 
 def _scale_ps_workers(g: Graph, workers: int) -> Graph:
