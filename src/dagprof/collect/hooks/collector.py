@@ -505,8 +505,10 @@ class Collector:
         self.saved.track([p for p, _ in self._params])
         if self._fsdp is not None:
             self._fsdp.begin()
-        elif self._ddp_seen and (self.kineto or self._buckets.comm_hook):  # sizes for Kineto's transfers of the model's own
-            patch_own_collectives(self)  # collectives, and the wire of a comm hook of the user's own
+        # sizes for Kineto's transfers of the model's own collectives, of a script's own data parallelism (no DDP, no FSDP:
+        # its async per-parameter all-reduces), and the wire of a comm hook of the user's own
+        elif (self._ddp_seen or self._info.get("backend")) and (self.kineto or self._buckets.comm_hook):
+            patch_own_collectives(self)
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile
