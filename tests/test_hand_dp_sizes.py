@@ -47,7 +47,7 @@ def test_the_vits_groups_stay_and_a_link_model_is_fitted():
     par = g.meta.parallel
     assert par.dp_size == 2 and sorted(par.dp_groups) == [(0, 2), (1, 3)]
     assert {(x.group, x.dim) for x in par.in_op_groups} == {("0,1", "TP"), ("2,3", "TP")}
-    assert profiled_comm(g)  # was refused: "... dagprof.profile(DIR, ..., record_shapes=True)"
+    assert len(profiled_comm(g)) > 0  # was refused: "... dagprof.profile(DIR, ..., record_shapes=True)"
 
 
 def test_hand_made_buckets_carry_the_models_gradient_bytes():
