@@ -12,7 +12,6 @@ Two real recordings (torch 2.13 CPU, gloo, the Python API, no ``record_shapes``)
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from testdata import DATA
 
@@ -75,15 +74,6 @@ def test_a_call_after_the_steps_last_layer_is_the_loops_own():
                         rec(Rec.STEP_END, 70), rec(Rec.STEP_BEGIN, 80), rec(Rec.FWD_BEGIN, 90)], dtype=np.int64)
     assert _waited_later(records, CommKind.ALL_REDUCE, 11)
     assert not _waited_later(records, CommKind.ALL_REDUCE, 51)  # the next step's forward does not count
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_the_collector_sizes_a_jobs_own_async_calls_without_ddp(tmp_path, one_rank_group):
