@@ -14,6 +14,16 @@ def _private_parse_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A real single-process gloo group, so DDP, FSDP's hooks and a DTensor mesh run in this process."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield dist
+    dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def small_ddp_run(tmp_path_factory) -> str:
     """One real, profiled 2-rank gloo DDP run of the tiny demo model, shared by every test that reads one."""

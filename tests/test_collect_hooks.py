@@ -222,16 +222,6 @@ def test_layer_ranges_appear_in_kineto(tmp_path):
     check_partition(read_run(tmp_path).ranks[0])
 
 
-@pytest.fixture
-def one_rank_group(tmp_path):
-    """A real single-process gloo group, so DDP runs in this process."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_ddp_user_comm_hook_registered_later_is_wrapped(tmp_path, one_rank_group):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP

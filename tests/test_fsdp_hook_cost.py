@@ -6,21 +6,9 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
 from dagprof.collect.hooks.fsdp import FsdpRecorder, _local_bytes
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    """A real single-process gloo group (a DTensor needs a mesh)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    yield dist
-    dist.destroy_process_group()
 
 
 def test_dtensor_bytes_as_to_local_reads_them(one_rank_group):

@@ -14,16 +14,6 @@ STRATEGY = DATA / "strategy" / "v1.json"  # model a.weight (6), a.bias (2); reco
 
 # --- item 6: dagprof.apply validates the whole strategy file against the model before changing it ----------
 
-@pytest.fixture
-def one_rank_group(tmp_path):
-    """A real single-process gloo group, so DDP runs in this process."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _model():
     """The model the vendored strategy file was written for: ``a`` = Linear(3, 2), ``blocks.1`` to recompute."""
     import torch

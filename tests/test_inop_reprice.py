@@ -130,8 +130,9 @@ def test_an_asynchronous_call_blocks_from_a_kineto_wait_tensor_that_held_its_end
 
 def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_it():
     """A module's own dist.all_gather_into_tensor(async_op=True) enqueues outside any Kineto op, as a logging all-reduce
-    does; the latest call of its kind before that enqueue, asynchronous and waited for, makes it the model's own (paired
-    and cut at its wait), where a blocking call, or one never waited for, leaves it a collective of its own."""
+    does; the latest call of its kind before that enqueue, asynchronous, waited for and followed by a layer's forward,
+    makes it the model's own (paired and cut at its wait), where a blocking call, or one never waited for, leaves it a
+    collective of its own (one the step's last layer precedes: ``tests/test_hand_dp_sizes.py``)."""
     from dagprof.traces.run_comm import _waited_later
 
     def rec(code: int, kind: CommKind, t: int, x: int) -> list[int]:
@@ -139,7 +140,8 @@ def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_i
         row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
         return row
 
-    records = np.array([rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 10, 8), rec(Rec.OWN_WAIT, CommKind.ALL_GATHER, 30, 10),
+    records = np.array([rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 10, 8), rec(Rec.FWD_END, CommKind.ALL_GATHER, 20, 0),
+                        rec(Rec.OWN_WAIT, CommKind.ALL_GATHER, 30, 10),
                         rec(Rec.OWN_COLL, CommKind.ALL_GATHER, 40, 8), rec(Rec.OWN_ASYNC, CommKind.ALL_REDUCE, 50, 4)], dtype=np.int64)
     assert _waited_later(records, CommKind.ALL_GATHER, 11)
     assert not _waited_later(records, CommKind.ALL_GATHER, 41)  # the blocking call's

@@ -8,16 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def one_rank_group(tmp_path):
-    """A real single-process gloo group, so DDP and the hook run in this process."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 class Scaled(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

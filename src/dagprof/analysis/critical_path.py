@@ -49,13 +49,18 @@ _GAP_WORDS = {"pre-forward": "host work before forward (untimed)", "forward": "f
 _ROOT = re.compile(rf"(by )?{re.escape(FSDP_ROOT)}")
 
 
-def op_words(label: str) -> str:
+def op_words(label: str, layer_types: dict[str, str] | None = None) -> str:
     """An op's label on the path as a person reads it: ``other:forward`` is "forward between timed layers", FSDP's root unit
-    ``all_gather <root>`` "all_gather (root module)". ``CriticalPath.top_ops`` and ``--json``'s ``top_ops_ms`` keep the
-    label (what the graph's nodes are named, which other commands match on); the text, the report and the findings say this."""
+    ``all_gather <root>`` "all_gather (root module)", a layer a container numbers with its class (``layer_types``: an
+    ``nn.Sequential`` root's ``forward 6`` is "forward 6 ReLU"). ``CriticalPath.top_ops`` and ``--json``'s ``top_ops_ms``
+    keep the label (what the graph's nodes are named, which other commands match on); the text, the report and the
+    findings say this."""
     if label.startswith("other:"):
         phase = label[len("other:"):]
         return _GAP_WORDS.get(phase, f"{phase} (untimed)")
+    phase, _, layer = label.partition(" ")
+    if phase in ("forward", "backward") and layer in (layer_types or {}):
+        return f"{label} {layer_types[layer]}"
     return _ROOT.sub(lambda m: "by the root module" if m.group(1) else "(root module)", label)
 
 
@@ -69,13 +74,14 @@ class CriticalPath:
     overhead: dict[str, float] = field(default_factory=dict)  # "framework overhead" broken down (``analysis.overhead``), us
     note: str | None = None  # why the path was cut to the iteration's span (``critical_path``), None where it was not
     counted: tuple[np.ndarray, np.ndarray] | None = None  # (duration, gap) us of each node counted on the path; None: whole
+    layer_types: dict[str, str] = field(default_factory=dict)  # the graph's numbered layers' classes (``op_words``)
 
     def to_dict(self, per: float = 1.0) -> dict:
         return {
             "total_ms": self.total_us / per / 1e3,
             "by_category_ms": {k: v / per / 1e3 for k, v in self.by_category.items()},
             "top_ops_ms": [[name, us / per / 1e3] for name, us in self.top_ops],
-            "top_ops_words": [op_words(name) for name, _ in self.top_ops],  # each as a person reads it (``op_words``)
+            "top_ops_words": [op_words(name, self.layer_types) for name, _ in self.top_ops],  # each as a person reads it (``op_words``)
             "ranks_crossed": self.ranks_crossed,
             "length": int(len(self.nodes)),
             "overhead_ms": {k: v / per / 1e3 for k, v in self.overhead.items()},
@@ -120,7 +126,7 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10, span_us: float | N
     crossed, at = np.unique(ranks, return_index=True)
     return CriticalPath(nodes, total, by_cat, ops, crossed[np.argsort(at)].tolist(),
                         overhead_breakdown(g, nodes, category, None if note is None else gap), note,
-                        None if note is None else (dur, gap))
+                        None if note is None else (dur, gap), dict(g.meta.layer_types))
 
 
 def _over_span(g: Graph, res: ReplayResult, nodes: np.ndarray, cut_us: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:

@@ -134,8 +134,8 @@ def findings(a: Analysis) -> list[Finding]:
         ))
     if a.path.top_ops:
         name, us = a.path.top_ops[0]
-        out.append(Finding("largest op on the critical path", f"{op_words(name)}: {us / steps / 1e3:.1f} ms per iteration{_between(a, name)}",
-                           us / steps / 1e3))
+        out.append(Finding("largest op on the critical path",
+                           f"{op_words(name, a.path.layer_types)}: {us / steps / 1e3:.1f} ms per iteration{_between(a, name)}", us / steps / 1e3))
     return sorted(out, key=lambda f: -f.ms_per_iter)
 
 

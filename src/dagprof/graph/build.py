@@ -228,6 +228,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
         layer_output_bytes=dict(run.ranks[0].meta.layer_output_bytes),
         layer_autograd_nodes=dict(run.ranks[0].meta.layer_autograd_nodes),
+        layer_types=dict(run.ranks[0].meta.layer_types),
         torch=run.ranks[0].meta.torch,
         grad_clips={s + run.ranks[0].meta.step_offset: c for s, c in run.ranks[0].meta.grad_clips.items()},
         host_cpus=host_cpus(run),

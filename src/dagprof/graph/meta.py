@@ -231,6 +231,7 @@ class GraphMeta:
     # dagprof CPU runs: rank 0's autograd nodes per layer (RankFile.layer_autograd_nodes) and its torch version, which
     # prices them (search.memory.autograd_host) and FSDP2's DTensor step (costmodel.fsdp_costs.DTENSOR_STEP); {}: not recorded
     layer_autograd_nodes: dict[str, int] = field(default_factory=dict)
+    layer_types: dict[str, str] = field(default_factory=dict)  # dagprof runs: rank 0's classes of its numbered layers (RankFile.layer_types)
     torch: str = ""
     grad_clips: dict[int, GradClip] = field(default_factory=dict)  # dagprof runs: rank 0's clip_grad_norm_ calls per step ({}: none or not recorded)
     # dagprof, MXNet, TF/JAX runs: host -> its ranks and the cores they may use together (their affinity sets' union, where

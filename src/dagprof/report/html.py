@@ -106,7 +106,7 @@ def render(inp: ReportInputs) -> str:
     crossed = cp.ranks_crossed
     on = f"crosses ranks {', '.join(map(str, crossed))}" if len(crossed) > 1 else f"stays on rank {crossed[0]}" if crossed else "crosses no rank"
     parts.append(f"<p>The path {on}; its largest ops:</p>")
-    parts.append(html_table(["op", "ms/iter on the path"], [[op_words(name), ms(us)] for name, us in cp.top_ops]))
+    parts.append(html_table(["op", "ms/iter on the path"], [[op_words(name, cp.layer_types), ms(us)] for name, us in cp.top_ops]))
 
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
     parts.append(timeline_svg(a))

@@ -101,7 +101,8 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
 def _own_collectives(ranks: list[RankTrace]) -> float:
     """Collectives a step per rank that a job with no DDP or FSDP model ran itself (Kineto's, outside and inside its ops):
     a ViT averaging its gradients by hand read as "compute only, no communication" beside 72 all-reduces a step."""
-    n = sum(int((t.events.kind == Kind.COMM).sum()) + sum(g.count for g in t.meta.in_op_groups) for t in ranks)
+    # Kineto's transfers (a seq), not the pieces of ops that sized collectives inside them (counted in their groups)
+    n = sum(int(((t.events.kind == Kind.COMM) & (t.events.seq >= 0)).sum()) + sum(g.count for g in t.meta.in_op_groups) for t in ranks)
     steps = sum(len(t.meta.steps_profiled) for t in ranks)
     return round(n / steps, 1) if steps else 0.0
 

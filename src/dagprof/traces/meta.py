@@ -404,6 +404,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     layer_frozen_bytes: dict[str, int] = {}  # module path -> bytes of its parameters that take none (RankFile.layer_frozen_bytes)
     layer_saved_bytes: dict[str, int] = {}  # module path -> activation bytes it saved for backward
     layer_output_bytes: dict[str, int] = {}  # module path -> bytes its forward returned (RankFile.layer_output_bytes; {}: not recorded)
+    layer_types: dict[str, str] = {}  # a numbered module path -> its class (RankFile.layer_types)
     layer_autograd_nodes: dict[str, int] = {}  # module path -> autograd nodes its forward made (RankFile.layer_autograd_nodes; {}: not recorded)
     comm_source: str = ""  # where the collectives' timing came from (Kineto, the comm hooks)
     kineto: str | None = None  # the rank's Kineto trace, when it gave the communication

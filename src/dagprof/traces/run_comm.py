@@ -248,9 +248,12 @@ def _hook_ops(call: HookCall, idx: list[int], colls: dict, used: set[int], ev, a
 def _waited_later(records: np.ndarray, kind: CommKind, start: int) -> bool:
     """Whether the job's collective enqueued outside any op at ``start`` (ns) is an asynchronous call of the model's that
     it waited for later (the latest call of its ``kind`` the collector recorded before it is a ``Rec.OWN_ASYNC`` with a
-    ``Rec.OWN_WAIT``): a module's ``dist.all_gather_into_tensor(..., async_op=True)`` then ``work.wait()``. The thread
-    blocked at that wait, inside the model's forward, so it is one of the model's own collectives (``in_op_sizes``), not
-    a collective of its own that blocks its thread at once or is never waited for."""
+    ``Rec.OWN_WAIT``, and a layer's forward or backward of its step runs after it): a module's
+    ``dist.all_gather_into_tensor(..., async_op=True)`` then ``work.wait()``. The thread blocked at that wait, inside the
+    model's forward, so it is one of the model's own collectives (``in_op_sizes``), not a collective of its own that blocks
+    its thread at once or is never waited for. One issued after the step's last layer (a script's own data parallelism:
+    its per-parameter ``async_op=True`` all-reduces after ``backward()``, then each ``wait()``) is the loop's own, a
+    collective of its own (``outside_sizes``)."""
     if kind not in OWN_KINDS:
         return False
     own = records[np.isin(records[:, Col.CODE], (Rec.OWN_COLL, Rec.OWN_ASYNC)) & (records[:, Col.A] == OWN_KINDS.index(kind))
@@ -259,7 +262,15 @@ def _waited_later(records: np.ndarray, kind: CommKind, start: int) -> bool:
         return False
     last = own[np.argmax(own[:, Col.T_NS])]
     waits = records[(records[:, Col.CODE] == Rec.OWN_WAIT) & (records[:, Col.A] == last[Col.A])]
-    return bool(last[Col.CODE] == Rec.OWN_ASYNC and (waits[:, Col.X] == last[Col.T_NS]).any())
+    return bool(last[Col.CODE] == Rec.OWN_ASYNC and (waits[:, Col.X] == last[Col.T_NS]).any() and _layers_after(records, int(last[Col.T_NS])))
+
+
+def _layers_after(records: np.ndarray, t: int) -> bool:
+    """Whether a layer's forward or backward record follows ``t`` (ns) before its step's end."""
+    t_ns, code = records[:, Col.T_NS], records[:, Col.CODE]
+    ends = t_ns[(code == Rec.STEP_END) & (t_ns >= t)]
+    until = ends.min() if len(ends) else np.iinfo(np.int64).max
+    return bool((np.isin(code, (Rec.FWD_BEGIN, Rec.FWD_END, Rec.BWD_BEGIN, Rec.BWD_END)) & (t_ns > t) & (t_ns <= until)).any())
 
 
 def _own_calls(records: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -282,14 +293,14 @@ def _claim_outside(calls: np.ndarray, starts: list[int]) -> tuple[np.ndarray, li
 
 
 def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[CommKind, int, int]]) -> dict[int, int]:
-    """seq -> bytes (``CommKind.event_bytes``) of the job's blocking calls outside any op (``outside``: kind, enqueue start, seq; a logging
-    ``dist.all_reduce`` of the loss, which Kineto shows as a collective of its own without its size): the record each
-    claims (``_claim_outside``), where it is a blocking call's (``Rec.OWN_COLL``)."""
+    """seq -> bytes (``CommKind.event_bytes``) of the job's calls outside any op (``outside``: kind, enqueue start, seq),
+    which Kineto shows as collectives of their own without their size: a logging ``dist.all_reduce`` of the loss, a
+    script's own data-parallel ``async_op=True`` all-reduces; the record each claims (``_claim_outside``)."""
     own, out = _own_calls(records, lo, hi), {}
     for k, kind in enumerate(OWN_KINDS):
         mine = sorted((t, seq) for name, t, seq in outside if name == kind)
         for (_, seq), rec in zip(mine, _claim_outside(own[own[:, Col.A] == k], [t for t, _ in mine])[1]):
-            if rec is not None and rec[Col.CODE] == Rec.OWN_COLL:
+            if rec is not None:
                 out[seq] = kind.event_bytes(int(rec[Col.X]), int(rec[Col.B]))
     return out
 

@@ -286,6 +286,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         layer_saved_bytes=f.layer_saved_bytes,  # activations each layer keeps for backward
         layer_output_bytes=f.layer_output_bytes,
         layer_autograd_nodes=f.layer_autograd_nodes,
+        layer_types=f.layer_types,
         collectives=collectives,
     )
     return RankTrace(

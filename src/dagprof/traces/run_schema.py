@@ -307,6 +307,9 @@ class RankFile(msgspec.Struct, kw_only=True):
     # next; the model's last functional ops and the loss under SAVED_OUTSIDE_LAYERS): their host memory, on a CPU job
     # (``search.memory.autograd_host``); {}: not recorded (a job whose parameters are on a GPU, older files)
     layer_autograd_nodes: dict[str, Count] = {}
+    # leaf path -> its module's class, for the paths a container numbers (an ``nn.Sequential`` root's ``6``, ``3.0.short.0``),
+    # which alone say no layer: shown beside them (``analysis.critical_path.op_words``); {}: none, or an older file
+    layer_types: dict[str, str] = {}
     bucket_layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``

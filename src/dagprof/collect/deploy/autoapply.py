@@ -65,9 +65,12 @@ def _patch(after_import: Any) -> None:
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
         if state["opt"] is None:
             state["opt"] = id(opt)
-        if state["opt"] != id(opt) or state["last"] is None:
+        if state["opt"] != id(opt):
             return
         now = time.perf_counter()
+        if state["last"] is None:  # no DDP or FSDP forward counted (a script's own data parallelism): step to step
+            state["last"] = now
+            return
         state["steps"].append(now - state["last"])
         state["micro"].append(max(state["forwards"], 1))
         state["last"], state["forwards"] = now, 0

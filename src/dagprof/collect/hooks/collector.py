@@ -110,6 +110,7 @@ class Collector:
         self._param_names: dict[int, str] = {}
         self._param_shapes: dict[int, tuple[int, ...]] = {}
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
+        self._layer_types: dict[str, str] = {}  # a layer path a container numbers -> its module's class (RankFile.layer_types)
         self._frozen_bytes: dict[str, int] = {}  # module path -> bytes of its parameters without (RankFile.layer_frozen_bytes)
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._whole: list[str] = []  # layers of modules with children (``_whole_layer``), by path as ``layers`` names them
@@ -201,6 +202,8 @@ class Collector:
             if path not in self._layer_index:
                 self._layer_index[path] = len(self.layers)
                 self.layers.append(path)
+                if path.rpartition(".")[2].isdigit():
+                    self._layer_types[path] = type(mod).__name__
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
             name = clean_name(name)
@@ -505,8 +508,10 @@ class Collector:
         self.saved.track([p for p, _ in self._params])
         if self._fsdp is not None:
             self._fsdp.begin()
-        elif self._ddp_seen and (self.kineto or self._buckets.comm_hook):  # sizes for Kineto's transfers of the model's own
-            patch_own_collectives(self)  # collectives, and the wire of a comm hook of the user's own
+        # sizes for Kineto's transfers of the model's own collectives, of a script's own data parallelism (no DDP, no FSDP:
+        # its async per-parameter all-reduces), and the wire of a comm hook of the user's own
+        elif (self._ddp_seen or self._info.get("backend")) and (self.kineto or self._buckets.comm_hook):
+            patch_own_collectives(self)
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile
@@ -612,7 +617,8 @@ class Collector:
         return RankFile(**self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
                         ddp_models=self._buckets.models, comm_hook=self._buckets.comm_hook, find_unused=self._buckets.find_unused,
                         steps_requested=(self.steps.start, self.steps.stop), steps_completed=len(self.step_times),
-                        record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), **fields)
+                        record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()),
+                        layer_types=dict(self._layer_types), **fields)
 
     # ---------------------------------------------------------------- step files: what survives a kill
     def _write_steps_head(self) -> None:

@@ -55,8 +55,12 @@ FUNCTIONAL_CALLS = {"all_gather_single": (CommKind.ALL_GATHER, 1), "all_gather_s
                     "all_reduce": (CommKind.ALL_REDUCE, 1), "broadcast": (CommKind.BROADCAST, 1),
                     "all_to_all_single": (CommKind.ALL_TO_ALL, 2), "reduce_scatter_single": (CommKind.REDUCE_SCATTER, 2)}
 _LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
+# torch.distributed's reduce-scatters of one tensor: gloo runs each as an all-reduce of the whole input
+# (``traces.kineto._host_coll``), recorded so (the input's bytes) outside a comm hook of the user's own; another backend's
+# transfer is a reduce-scatter no record names, not sized, as a hook's is not (``_reduce_scatter``)
+REDUCE_SCATTERS = ("reduce_scatter_tensor", "reduce_scatter_single")
 # calls the collector does not size: marked only where the user's own comm hook makes them (``_in_hook_only``)
-HOOK_ONLY_CALLS = ("reduce_scatter_tensor", "reduce_scatter", "reduce", "all_to_all", "send", "recv", "isend", "irecv",
+HOOK_ONLY_CALLS = ("reduce_scatter", "reduce", "all_to_all", "send", "recv", "isend", "irecv",
                    "batch_isend_irecv", "barrier", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
 
 
@@ -72,6 +76,8 @@ def patch_own_collectives(collector: Any) -> None:
         _patch(collector, dist, name, partial(_recording, collector, pending, hooks, OWN_KINDS.index(kind), arg))
     for name in HOOK_ONLY_CALLS:
         _patch(collector, dist, name, partial(_in_hook_only, collector))
+    for name in REDUCE_SCATTERS:
+        _patch(collector, dist, name, partial(_reduce_scatter, collector, pending, hooks))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
     import torch
 
@@ -160,6 +166,30 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, skip: An
             elem = getattr(out, "elem", out)  # an AsyncCollectiveTensor's wait_tensor is called on its elem
             pending[id(elem)] = (elem, record[1], record[3])
         return out
+    return call
+
+
+def _reduce_scatter(collector: Any, pending: dict, hooks: frozenset, fn: Any) -> Any:
+    """A reduce-scatter of one tensor recorded as the all-reduce gloo runs for it (``_recording``), where gloo runs it
+    and no comm hook of the user's calls it; else as a call the collector does not size (``_in_hook_only``)."""
+    sized = _recording(collector, pending, hooks, OWN_KINDS.index(CommKind.ALL_REDUCE), "input", fn)
+    unsized = _in_hook_only(collector, fn)
+    signature = inspect.signature(fn)
+
+    @wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        gloo = False
+        if collector.recording:
+            try:
+                import torch.distributed as dist
+
+                given = signature.bind(*args, **kwargs).arguments
+                call = collector._buckets.hook_call
+                hooked = (call is not None and call[1] == threading.get_ident()) or collector._buckets.in_hook_callback()
+                gloo = not hooked and given["input"].device.type == "cpu" and "gloo" in str(dist.get_backend(given.get("group")))
+            except Exception as err:  # noqa: BLE001
+                collector._fail(err, f"torch.distributed.{fn.__name__} (the model's own collective)")
+        return (sized if gloo else unsized)(*args, **kwargs)
     return call
 
 
