@@ -478,9 +478,7 @@ def _round(k: int, a: dict, b: dict, refs: tuple[dict, dict] | None = None) -> d
     model of ``a``) less the measured one (``b`` less that level), over ``b``. ``error_pct`` is that plus the model's error
     on ``a`` plus ``a``'s departure from the level (``level_drift_pct``, of the level), each over ``b``: neither of the last
     two is the what-if's. ``level_moved_pct``: after against before, how far the level itself moved across ``b``. (A ratio
-    of the changes would scale the milliseconds the wire adds by the model's error on ``a``.) ``unprofiled_error_pct`` and
-    ``corrected_error_pct``: the prediction from the op times as profiled and from them less the profiler's cost measured on
-    ``a`` (``dagprof whatif``'s default), each against ``b``'s unprofiled steps (its job as run without the profiler)."""
+    of the changes would scale the milliseconds the wire adds by the model's error on ``a``.)"""
     row = {"round": k, "profiled": a, "other": b} | ({"refs": list(refs)} if refs else {})
     if "predicted_ms" in a and "measured_ms" in b:
         row["error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
@@ -491,10 +489,6 @@ def _round(k: int, a: dict, b: dict, refs: tuple[dict, dict] | None = None) -> d
             row["change_error_pct"] = 100.0 * change / b["measured_median_ms"]
             row["level_drift_pct"] = 100.0 * (a["measured_median_ms"] - level) / level
             row["level_moved_pct"] = 100.0 * (after - before) / before
-        if b.get("unprofiled_median_ms") is not None and "corrected_median_ms" in a:  # against the job as run without the profiler
-            u = b["unprofiled_median_ms"]
-            row["unprofiled_error_pct"] = 100.0 * (a["predicted_median_ms"] - u) / u  # op times as profiled (--raw)
-            row["corrected_error_pct"] = 100.0 * (a["corrected_median_ms"] - u) / u  # the profiler's cost removed first
         row["mean_error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
         row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
         # the measured collectives between the what-if's (the least) and the most: a slower wire's with the profile's excess over
@@ -529,10 +523,6 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             # the what-if's change against the measured change from the profiled rate's level around the measurement (rounds
             # with a reference job, ``_round``): its own error apart from the model's on the profiled job and from job-to-job drift
             "change_error_pct": _stats([r["change_error_pct"] for r in rounds if "change_error_pct" in r], 8),
-            # the measured job's unprofiled steps (what a user runs) predicted from the op times as profiled, and less the
-            # profiler's cost measured on the run (``dagprof whatif``'s default)
-            "unprofiled_error_pct": _stats([r["unprofiled_error_pct"] for r in rounds if "unprofiled_error_pct" in r], 8),
-            "corrected_error_pct": _stats([r["corrected_error_pct"] for r in rounds if "corrected_error_pct" in r], 8),
             "level_drift_pct": _stats([r["level_drift_pct"] for r in rounds if "level_drift_pct" in r]),
             "level_moved_pct": _stats([r["level_moved_pct"] for r in rounds if "level_moved_pct" in r]),
             # rounds whose what-if said its point is not told apart from the profiled run's (a JAX job's per-array stall on

@@ -278,25 +278,20 @@ def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -
     of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction.
     On the loopback the what-if is told that every byte, both ways, crosses one shaper (``whatif --half-duplex``): fitted on
     ports, JAX's ZeRO by hand (2-rank all-gathers beside reduce-scatters) put the link at 188 % of the wire, and 200 Mbit/s
-    19-22 % short. ``own_ports``: the job ran on the testbed as hosts (``wire_rate``), each worker's port its own.
-    ``corrected_median_ms``: the same what-if as ``dagprof whatif`` gives by default, the profiler's cost measured on the run
-    removed first (``profiler_cost`` says what was done): what a job run without the profiler is judged against
-    (``unprofiled_median_ms`` of the measured job)."""
+    19-22 % short. ``own_ports``: the job ran on the testbed as hosts (``wire_rate``), each worker's port its own."""
     from dagprof.passes.link_fit import priced_world_size
 
     p = open_run(out)
     n = priced_world_size(p.graph)
     m = rate_models(p.graph, out, rate, other, own_ports)
-    scenario = Scenario(bandwidth=wire_rate(other, n, m.share, own_ports))
-    res = evaluate(p.graph, [scenario], m.settings, measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
-    fixed = evaluate(p.graph, [scenario], m.settings, measured_us=p.analysis.measured_us, tolerance_pct=None)
+    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n, m.share, own_ports))], m.settings, measured_us=p.analysis.measured_us,
+                   tolerance_pct=None, raw=True)
     fit, row = res["link_fit"], res["scenarios"][0]
     got = measured(out)
     model_median = median_step_ms(m.model)
     return got | {"model_pct": res["model_error_pct"], "model_median_ms": model_median,
                   "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
                   "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": row.interval.point_us / 1e3,  # the interval's centre
-                  "corrected_median_ms": fixed["scenarios"][0].interval.point_us / 1e3, "profiler_cost": fixed["profiler_cost"]["text"],
                   "predicted_comm_ms": comm_per_step_ms(m.what_if),
                   "most_comm_ms": kept_comm_ms(p.graph, rate, other, m.share, own_ports) if other < rate else got["comm_ms"],
                   "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
