@@ -290,27 +290,3 @@ def test_a_tf_window_slowed_by_a_load_says_so_and_keeps_the_whole_correction(cap
             for r, per in loop.sched.items()}
     explained = measure_profiler_cost(g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(loop, sched=more))))
     assert explained.usable and explained.loaded is None and explained.cpu_us is None and explained.share == cost.share
-
-
-def test_a_tf_cost_the_wall_steps_cannot_tell_is_told_by_the_threads_that_run_the_ops(capsys):
-    """tests/data/tf/fttransformer-xla: its window's wall steps too noisy to tell the profiler's cost, while the threads
-    running its ops (``tf_Compute``'s pool) spent more CPU a step in the window than outside it, beyond their noise: TF's
-    profiler records an event per op on that thread, so that CPU, at their pace outside the window, is the cost removed
-    (``lanes_cost``); the same run with those threads' CPU level across the window keeps the wall's verdict. ``--raw``
-    keeps the op times as profiled."""
-    path = os.path.join(DATA, "tf", "fttransformer-xla")
-    g = open_run(path).graph
-    cost = measure_profiler_cost(g)
-    assert cost.usable and cost.lanes is not None and "too noisy to say" in cost.lanes
-    assert 0 < cost.profiled_us - cost.unprofiled_us < cost.profiled_us and cost.stderr_us > 0
-    assert cost.describe().startswith("op times corrected for the profiler's cost") and "threads that run the ops" in cost.describe()
-    assert main(["whatif", path, "--bandwidth", "200Mbit", "--no-trace", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)["profiler_cost"]
-    assert out["corrected"] and out["removed_pct"] > 0
-    assert main(["whatif", path, "--bandwidth", "200Mbit", "--no-trace", "--json", "--raw"]) == 0
-    assert json.loads(capsys.readouterr().out)["profiler_cost"]["text"] == "op times as profiled (--raw)"
-    loop = g.meta.loop_steps
-    level = {r: {s: msgspec.structs.replace(x, named={n: msgspec.structs.replace(t, cpu_us=1000.0, wait_us=0.0) for n, t in x.named.items()})
-                 for s, x in per.items()} for r, per in loop.sched.items()}
-    flat = measure_profiler_cost(g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(loop, sched=level))))
-    assert not flat.usable and flat.lanes is None and flat.verdict.startswith("too noisy to say")

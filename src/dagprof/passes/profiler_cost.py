@@ -49,7 +49,6 @@ from ..graph.meta import WARMUP_STEPS, LoopSteps
 from ..graph.provenance import provenance
 from ..traces.events import Kind
 from ..traces.meta import PsRecord, runnable_stretch
-from .comm_cpu import lane_threads
 from .compute import COMPUTE_KINDS, XPLANE_FRAMEWORKS
 
 MIN_STEPS = 3  # unprofiled steps needed to measure the cost
@@ -74,7 +73,6 @@ class ProfilerCost:
     cpu_us: float | None = None  # the ranks' processes' CPU per profiled step beyond an unprofiled one's, together (None: not recorded)
     loaded: str | None = None  # the window ran slower than that CPU explains: the load's evidence (``split_by_cpu``)
     between_us: float | None = None  # the script's time between its timed steps, a window step's mean (``between_steps_us``)
-    lanes: str | None = None  # TF: the cost told by the op pools' CPU where the wall steps could not tell it (``lanes_cost``): why
 
     @property
     def usable(self) -> bool:
@@ -91,9 +89,6 @@ class ProfilerCost:
     def _describe(self) -> str:
         if not self.usable:
             return f"op times not corrected for the profiler's cost: {self.verdict}"
-        if self.lanes is not None:
-            return (f"op times corrected for the profiler's cost: {-100 * self.share:+.1f} %, told by the CPU of the threads that run "
-                    f"the ops: {self.lanes}")
         if self.loaded is not None:
             return (f"op times brought to the unprofiled steps' level: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} "
                     f"ms/step vs {self.unprofiled_us / 1e3:.1f} ms unprofiled), of which the profiler's CPU explains only "
@@ -184,8 +179,7 @@ def _measure(g: Graph) -> ProfilerCost:
                        f"unprofiled {b / 1e3:.1f} ms/step before it, {a / 1e3:.1f} ms after): the machine's load changed, "
                        "not a cost to remove")
     if verdict is not None:
-        told = lanes_cost(g, loop, p, verdict) if g.meta.framework == "tensorflow" and u - p <= NOISE_SIGMAS * se else None
-        return told or ProfilerCost(p, u, len(prof), len(base), se, verdict)
+        return ProfilerCost(p, u, len(prof), len(base), se, verdict)
     cost = ProfilerCost(p, u, len(prof), len(base), se, None)
     if not any(loop.sched.values()) and g.meta.ps is not None:
         timed = set.intersection(*(set(d) for d in loop.unprofiled.values()))
@@ -195,41 +189,6 @@ def _measure(g: Graph) -> ProfilerCost:
     if g.meta.framework in XPLANE_FRAMEWORKS:  # JAX: the thread marking the steps dispatches and waits: its pace is not the work's
         return cost
     return split_by_cpu(cost, loop, set(g.meta.steps), steady_from(loop))
-
-
-def lanes_cost(g: Graph, loop: LoopSteps, profiled_us: float, why: str) -> ProfilerCost | None:
-    """A TensorFlow run's cost where its wall steps could not tell it (``why``: too noisy, or the job's pace changed across
-    the window), from the CPU of the threads that run its ops (``comm_cpu.lane_threads``: ``tf_Compute``'s pool): TF's
-    profiler records an event per op on the thread running it, so the ops lengthen by that CPU at the pace those threads got
-    a core outside the window (their CPU and waits over their CPU), while a load, or the job's own pace, moves the wall steps
-    far more. Per rank the window's median lane CPU against its unprofiled steps' (from ``steady_from``), the job's the largest;
-    None where not recorded or not beyond its noise (``NOISE_SIGMAS``). Measured against a dry window (the profiler's start
-    and stop no-ops, ``bench/tf_profiler_ab.py``) on Keras ``fit``'s MMoE: the window +4.3 ms a step, the lanes' CPU +4.4."""
-    first, window, told = steady_from(loop), set(g.meta.steps), []
-    for r, steps in loop.sched.items():
-        names = lane_threads(g, r)
-        rows = [(s, x.named[n]) for s, x in steps.items() if x.named is not None for n in names if n in x.named]
-        per: dict[int, list[float]] = {}
-        for s, t in rows:
-            per.setdefault(s, [0.0, 0.0])
-            per[s][0] += t.cpu_us
-            per[s][1] += t.wait_us
-        inside = [c for s, (c, _) in per.items() if s in window]
-        outside = {s: cw for s, cw in per.items() if s >= first and s not in window and s in loop.unprofiled.get(r, {})}
-        if len(inside) < 2 or len(outside) < MIN_STEPS:
-            return None
-        cpu = sum(c for c, _ in outside.values())
-        pace = max((cpu + sum(w for _, w in outside.values())) / cpu, 1.0) if cpu > 0 else 1.0
-        base = [c for c, _ in outside.values()]
-        told.append((pace * (statistics.median(inside) - statistics.median(base)), pace * pooled_median_stderr(inside, base), r, pace))
-    if not told:
-        return None
-    added, se, rank, pace = max(told)
-    if added <= NOISE_SIGMAS * se or added >= profiled_us:
-        return None
-    return ProfilerCost(profiled_us, profiled_us - added, len(g.meta.steps), len(loop.unprofiled.get(rank, {})), se, None, lanes=(
-        f"{added / 1e3:+.1f} +- {se / 1e3:.1f} ms a step in the window on rank {rank} (at x{pace:.2f}, their pace outside it), "
-        f"where the wall steps alone were {why}"))
 
 
 def beyond_process_cpu(cost: ProfilerCost, ps: PsRecord, window: set[int], base: set[int], seen: str) -> ProfilerCost:
