@@ -21,7 +21,7 @@ _NOT_WORK = (Kind.COMM, Kind.COMM_WAIT, Kind.STEP, Kind.SYNC)  # a rank's waits 
 
 def scale_loaded_ranks(g: Graph, factors: dict[int, float]) -> Graph:
     """``g`` with each named rank's host work (its ops but waits and collectives, on no accelerator stream, and its gaps)
-    times its factor, and, where no rank launches onto an accelerator (the collectives are the ranks' threads' CPU), every
+    times its factor, and, where the collectives are the ranks' threads' CPU work (``collectives_on_host``), every
     collective's time times the least factor: a collective ends with its slowest rank's part."""
     host = (g.rank >= 0) & ~on_accelerator(g)
     per = np.ones(len(g.dur))
@@ -31,7 +31,12 @@ def scale_loaded_ranks(g: Graph, factors: dict[int, float]) -> Graph:
     dur, gap = g.dur.copy(), g.gap.copy()
     dur[work] *= per[work]
     gap[host] *= per[host]
-    if not on_accelerator(g).any():
+    if collectives_on_host(g):
         comm = g.kind == int(Kind.COMM)
         dur[comm] *= min(factors.values())
     return g.replace(dur=dur, gap=gap)
+
+
+def collectives_on_host(g: Graph) -> bool:
+    """No rank launches onto an accelerator: the collectives are the ranks' threads' CPU work (gloo, Horovod's loop)."""
+    return not on_accelerator(g).any()
