@@ -65,9 +65,14 @@ def test_a_loaded_ranks_work_and_the_host_collectives_are_scaled_not_its_waits_n
     work = one & np.isin(g.kind, [int(Kind.FORWARD), int(Kind.BACKWARD)])
     assert work.any() and np.allclose(h.dur[work], 0.5 * g.dur[work])
     assert np.array_equal(h.dur[g.rank == 0], g.dur[g.rank == 0]) and np.array_equal(h.dur[waits], g.dur[waits])
-    comm = g.kind == int(Kind.COMM)
-    assert comm.any() and np.allclose(h.dur[comm], 0.5 * g.dur[comm])  # CPU ranks: the collectives are their threads' work
     assert np.allclose(h.gap[one], 0.5 * g.gap[one])
+    comm = g.kind == int(Kind.COMM)
+    assert comm.any() and np.array_equal(h.dur[comm], g.dur[comm])  # the wire not known: the collectives as profiled
+    at = g.replace(meta=dataclasses.replace(g.meta, wire_bytes_per_s=1e9 / 8))  # --profiled-bandwidth 1Gbit
+    h = scale_loaded_ranks(at, {0: 0.8, 1: 0.5})
+    # CPU ranks: a collective's time beyond its wire's is their threads' work, scaled by the least factor; never below the wire
+    shrunk = h.dur[comm] < g.dur[comm]
+    assert shrunk.any() and (h.dur[comm] >= 0.5 * g.dur[comm]).all() and (h.dur[comm] <= g.dur[comm]).all()
 
 
 def test_a_profile_on_quiet_pinned_cores_says_nothing_and_keeps_its_op_times():

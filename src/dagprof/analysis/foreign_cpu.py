@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..graph.dag import Graph
 from ..graph.meta import GraphMeta
-from ..passes.foreign_load import collectives_on_host, scale_loaded_ranks
+from ..passes.foreign_load import collectives_scaled, scale_loaded_ranks
 from ..traces.meta import StepSched
 
 # A rank that waited this share of its median step beyond its own threads' CPU ran beside others' work (said, and taken out of
@@ -107,7 +107,8 @@ class ForeignRemoval:
     def describe(self) -> str:
         per = ", ".join(f"rank {r} x{f:.2f} ({self.foreign.foreign_us[r] / 1e3:.1f} of its {self.foreign.step_us[r] / 1e3:.1f} ms "
                         "step)" for r, f in sorted(self.factors.items()))
-        comm = ", and the collectives (its threads' work) by the least factor" if self.collectives else ""
+        comm = (", and the collectives' time beyond the wire (the ranks' threads' work) by the least factor" if self.collectives else
+                ", the collectives as profiled (give --profiled-bandwidth to scale their time beyond the wire too)")
         return (f"op times brought to the ranks' own cores' pace: a rank pinned alone to a core waited for it beyond its own "
                 f"threads' CPU (other processes held it; median per profiled step), so its host work is scaled by the share of "
                 f"the core it kept{comm}: {per}; the model {-100 * self.removed:+.1f} %. That wait is the least the others "
@@ -116,7 +117,7 @@ class ForeignRemoval:
 
     @property
     def collectives(self) -> bool:
-        return collectives_on_host(self.graph)
+        return collectives_scaled(self.graph)
 
     def to_dict(self) -> dict:
         return {"factors": {r: self.factors[r] for r in sorted(self.factors)}, "removed_pct": 100.0 * self.removed,
