@@ -143,6 +143,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
+HOGGED = "hogged"  # ``--hog``: a round's profiled configuration profiled again beside a busy loop on host 1's core, predicted as the profiled one
+HOG = "while True: pass"
 MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsewhere)
 # Horovod: (the profiled window, the script's arguments). Its fusion depends on timing, so the collectives differ from step
 # to step and run to run: 10 steps, not 4 (one 117 ms step among 25-35 ms ones set a 4-step window's mean off by 80 %).
@@ -298,21 +300,28 @@ def judge_kept(runs: list[str], say) -> dict[str, dict]:
     return out
 
 
-def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float, args, bucket_rate: float | None = None) -> dict:
+def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float, args, bucket_rate: float | None = None,
+            hog: int | None = None) -> dict:
     """One job on the loopback of namespace ``where`` shaped at ``rate`` (a ``Cluster``: on its namespaces as hosts, each
     worker's port shaped), the rate read back before and after it: a job whose link was not ``rate`` throughout is refused,
     never filed under ``rate``. Also the bytes the shaped devices carried. ``out`` starts empty: a job run again never reads
-    the files of the one before."""
+    the files of the one before. ``hog``: a busy loop pinned to that core for the whole job (counted in ``others_cpu_pct``)."""
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     (shape_loopback if isinstance(where, str) else shape_hosts)(where, rate, bucket_rate)
     load, (_, sent0, lo0), cpu0 = os.getloadavg()[0], _link(where), _cpu_now()
-    if isinstance(where, str):
-        codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where), script_args=tuple(args.script_args.split()))
-    else:
-        codes = launch(name, python, out, args.workers, args.timeout, hosts=where, script_args=tuple(args.script_args.split()),
-                       own_cores=not args.shared_cores)
-    others = _others_cpu_pct(cpu0, _cpu_now())
+    busy = None if hog is None else subprocess.Popen(["taskset", "-c", str(hog), sys.executable, "-c", HOG])
+    try:
+        if isinstance(where, str):
+            codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where), script_args=tuple(args.script_args.split()))
+        else:
+            codes = launch(name, python, out, args.workers, args.timeout, hosts=where, script_args=tuple(args.script_args.split()),
+                           own_cores=not args.shared_cores)
+        others = _others_cpu_pct(cpu0, _cpu_now())
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
     after, sent1, lo1 = _link(where)
     with open(os.path.join(out, WIRE_FILE), "w") as f:
         json.dump({"tbf_bytes": sent1 - sent0, "loopback_bytes": lo1 - lo0}, f)
@@ -398,20 +407,22 @@ def testbed(names: list[str], args) -> dict:
             rounds = []
             for k in range(args.rounds):
                 got: dict[str, dict] = {}
-                for side in (("profiled", "before", "other", "after") if k % 2 == 0 else ("before", "other", "after", "profiled")):
+                hogged = (HOGGED,) * args.hog
+                for side in (("profiled", *hogged, "before", "other", "after") if k % 2 == 0 else ("before", "other", "after", *hogged, "profiled")):
                     rate = slow if side == "other" else fast
-                    out = os.path.join(keep, f"tb-{name}-{k}-{int(rate / 1e6)}M{f'-{side}' if side in REFERENCES else ''}")
-                    got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow))
+                    out = os.path.join(keep, f"tb-{name}-{k}-{int(rate / 1e6)}M{f'-{side}' if side in (*REFERENCES, HOGGED) else ''}")
+                    hog = host_cores(args.workers)[1] if side == HOGGED else None
+                    got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow), hog)
                     if "refused" in got[side]:  # the link changed under the job: once more, from a freshly shaped link
                         print(f"{name} round {k + 1}, {side} {rate / 1e6:g} Mbit/s: {got[side]['refused']}; again", file=sys.stderr, flush=True)
-                        got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow))
+                        got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow), hog)
                     if "refused" not in got[side]:
                         try:
-                            got[side] |= predict_rate(out, rate, slow, args.hosts) if side == "profiled" else measured(out)
+                            got[side] |= predict_rate(out, rate, slow, args.hosts) if side in ("profiled", HOGGED) else measured(out)
                         except DagprofError as e:
                             got[side]["refused"] = str(e)
                     print(f"{name} round {k + 1}, {side} {rate / 1e6:g} Mbit/s: {got[side]}", file=sys.stderr, flush=True)
-                rounds.append(_round(k, got["profiled"], got["other"], (got["before"], got["after"])))
+                rounds.append(_round(k, got["profiled"], got["other"], (got["before"], got["after"])) | _hogged_row(got, k))
             results[name] = {"pair": pair, "settle": settle, "rounds": rounds, "summary": _summary(rounds, pair, settle)}
     return results
 
@@ -449,7 +460,7 @@ def repredict(kept: str, names: list[str], args) -> dict:
         rounds = []
         for k in range(args.rounds):
             folder = {"profiled": os.path.join(kept, f"tb-{name}-{k}-{int(fast / 1e6)}M"), "other": os.path.join(kept, f"tb-{name}-{k}-{int(slow / 1e6)}M")}
-            folder |= {side: os.path.join(kept, f"tb-{name}-{k}-{int(fast / 1e6)}M-{side}") for side in REFERENCES}
+            folder |= {side: os.path.join(kept, f"tb-{name}-{k}-{int(fast / 1e6)}M-{side}") for side in (*REFERENCES, HOGGED)}
             if not all(os.path.isdir(folder[side]) for side in ("profiled", "other")):
                 continue
             got = {}
@@ -457,11 +468,12 @@ def repredict(kept: str, names: list[str], args) -> dict:
                 if not os.path.isdir(out):  # kept before the bench ran reference jobs
                     continue
                 try:
-                    got[side] = {"load": float("nan")} | (predict_rate(out, fast, slow, pair.get("hosts", False)) if side == "profiled" else measured(out))
+                    got[side] = {"load": float("nan")} | (predict_rate(out, fast, slow, pair.get("hosts", False)) if side in ("profiled", HOGGED)
+                                                          else measured(out))
                 except DagprofError as e:
                     got[side] = {"load": float("nan"), "refused": str(e)}
             refs = tuple(got[side] for side in REFERENCES if side in got)
-            rounds.append(_round(k, got["profiled"], got["other"], refs if len(refs) == 2 else None))
+            rounds.append(_round(k, got["profiled"], got["other"], refs if len(refs) == 2 else None) | _hogged_row(got, k))
             print(f"{name} round {k + 1}: {rounds[-1].get('error_pct', rounds[-1]['profiled'].get('refused'))}", file=sys.stderr, flush=True)
         if rounds:
             results[name] = {"pair": pair, "rounds": rounds, "summary": _summary(rounds, pair)}
@@ -497,6 +509,15 @@ def _round(k: int, a: dict, b: dict, refs: tuple[dict, dict] | None = None) -> d
         if b.get("unprofiled_median_ms") is not None:
             row["in_interval"] = a["interval_ms"][0] <= b["unprofiled_median_ms"] <= a["interval_ms"][1]
     return row
+
+
+def _hogged_row(got: dict[str, dict], k: int) -> dict:
+    """A round's hogged profile (``--hog``) as ``_round`` holds the quiet one, against the same measured job: ``hogged`` is
+    that row's profiled side, ``hogged_error_pct`` its error; empty without one."""
+    if HOGGED not in got:
+        return {}
+    row = _round(k, got[HOGGED], got["other"])
+    return {HOGGED: got[HOGGED]} | ({"hogged_error_pct": row["error_pct"]} if "error_pct" in row else {})
 
 
 def _stats(vals: list[float], within: float | None = None) -> dict:
@@ -550,6 +571,8 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             # a core a rank (``--hosts``), other processes' share of it; a round whose profiled or measured job ran off its level shows it
             "foreign_pct": {side: [x.get("foreign_pct") for r in rounds if (x := r[side]) and "refused" not in x] for side in ("profiled", "other")},
             # the rounds whose profiled and measured jobs both waited under ``NOTE_SHARE`` so (quiet cores), their error
+            "hogged_error_pct": _stats([r["hogged_error_pct"] for r in rounds if "hogged_error_pct" in r], 8),
+            "hogged_foreign_pct": [r[HOGGED].get("foreign_pct") for r in rounds if HOGGED in r and "refused" not in r[HOGGED]],
             "quiet_error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r and _quiet(r)], 8),
             "settle_drift_pct": _settle_drift(settle, rounds[0] if rounds else {})}
 
@@ -602,6 +625,9 @@ def main(argv: list[str] | None = None) -> int:
                     "confined to a core of their own (taskset), as hosts each have theirs")
     ap.add_argument("--shared-cores", action="store_true", help="--hosts: every host's processes free to run on all of this "
                     "machine's cores (before 2026-12-06: the jobs' level moved between jobs, see host_cores)")
+    ap.add_argument("--hog", action="store_true", help="--testbed --hosts: each round also profiles the configuration beside a busy loop "
+                    "pinned to host 1's core for the whole job (tb-NAME-K-RATEM-hogged), predicted as the quiet profile and judged "
+                    "against the same measured job (hogged_error_pct): a profile taken beside others' work")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
                     "with this dagprof, against their measurements (give its --rounds; the pair: its tb-NAME-pair.json, else --rate, --other-rate)")
     ap.add_argument("--judge", nargs="+", metavar="RUN", help="run nothing: judge kept run folders again with this dagprof "

@@ -69,7 +69,8 @@ def add_arguments(p) -> None:
     p.add_argument("--allow-model-error", action="store_true",
                    help=f"predict even when the model misses the profiled run by more than {MODEL_TOLERANCE_PCT:g} %% (refused otherwise)")
     p.add_argument("--raw", action="store_true",
-                   help="predict from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
+                   help="predict from the op times as profiled (default: the profiler's own cost, measured on the run, removed first); "
+                        "other processes' work on a pinned rank's core is taken out either way")
     p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     add_out_argument(p, "whatif<i>.trace.json")
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
-from ..analysis.foreign_cpu import foreign_cpu_note
+from ..analysis.foreign_cpu import ForeignRemoval, foreign_cpu_note, remove_foreign_load
 from ..analysis.interval import LEVEL, PredictionInterval, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
@@ -166,6 +166,11 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = measured_comm(g0, scenarios, cluster)
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
+    # other processes' work on a rank's own core is no part of the job: taken out first, --raw or not (``remove_foreign_load``)
+    foreign = remove_foreign_load(g0, steps_graph, lambda x: job_iteration_us(on_link(x, base_topo)))
+    if foreign is not None:
+        g0, steps_graph = foreign.graph, foreign.steps_graph
+        measured_us = None if not measured_us else measured_us * (1.0 - foreign.removed)
     built, corrected, host, removed, fix = g0, None, (1.0, 1.0), 0.0, None
     if not raw:  # optimize's correction; the compute kept at the window's pace, by choice (``correct_profiler_cost`` says why)
         fix = correct_profiler_cost(built, cost, job_iteration_us, model=on_link(built, base_topo), measured=steps_graph,
@@ -234,6 +239,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else
                                  {"text": fix.describe(built, cost)} | ({"removed_pct": 100 * removed} if corrected is not None else {}))
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
+            "foreign_load": None if foreign is None else foreign.to_dict(),
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
             "scenarios": rows,
@@ -243,7 +249,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
-                     + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0) + _overlap_notes(cluster)
+                     + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0, foreign) + _overlap_notes(cluster)
                      + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster) + _gloo_cpu_notes(g0, cluster)
                      + _server_cores_notes(g0, scenarios)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
@@ -396,9 +402,10 @@ def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:
             "be measured alike (on a loaded machine each size's time grows by about the same amount on both links, and the ratio shrinks)"]
 
 
-def _foreign_cpu_notes(g: Graph) -> list[str]:
-    """Ranks pinned alone to a core that waited for it beyond their own threads' CPU (``analysis.foreign_cpu``)."""
-    note = foreign_cpu_note(g.meta)
+def _foreign_cpu_notes(g: Graph, removal: ForeignRemoval | None) -> list[str]:
+    """Ranks pinned alone to a core that waited for it beyond their own threads' CPU (``analysis.foreign_cpu``): what was
+    taken out of their op times where it was, else the note."""
+    note = removal.describe() if removal is not None else foreign_cpu_note(g.meta)
     return [note] if note else []
 
 
