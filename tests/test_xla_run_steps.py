@@ -68,6 +68,10 @@ def test_steady_window_rule():
     kept, said = steady_window({0: early, 1: steps}, window)
     assert kept == list(range(8, 14)) and "(6..7)" in said and "rank 0: 5 ms after step 7" in said
     assert steady_window({0: early}, list(range(8, 14)))[1] is None  # a window without it: nothing left out
+    waited = steps.copy()
+    waited[2, 2] += 5000.0  # rank 1 waited out rank 0's time after step 7 inside step 8: 8 left out too, 9..13 kept
+    kept, said = steady_window({0: early, 1: waited}, window)
+    assert kept == list(range(9, 14)) and "(6..7, 8)" in said and "the other ranks waited it out in step 8" in said
     every_other = steps.copy()
     every_other[:, 1:] += 5000.0 * (np.arange(8) // 2)[:, None]  # after steps 7, 9, 11: the loop's own time, each 2 steps
     assert steady_window({0: every_other, 1: every_other}, window) == (window, None)
