@@ -177,18 +177,21 @@ def steady_window(spans: dict[int, np.ndarray], steps: list[int]) -> tuple[list[
     step before the time counts it (start to start, ``iteration_us``), unless it ends the stretch (then it counts to its
     own end), so a stretch ends at such a step: 6..7 and 8..13 there, 8..13 kept. A time that only some ranks took
     (rank 0's evaluation) is waited out by the others inside the next step's first collective, so that step is left
-    out too where a rank without the time ran it over twice the median step: a PINN's 237 ms check on rank 0 after
-    step 7 made rank 1's step 8 352 ms against ~33 ms, the window's mean step 89 ms for ~36, and the what-ifs priced
-    that wait as one collective's 91 ms (``bench/frameworks/jax_pinn_poisson.py``). Where such times recur (twice or more, after a third of the steps or
-    more), they are the loop's own (a data loader or logging outside the step markers), and every step is kept."""
+    out too where a rank without the time ran it longer than one that took it by over half that time (a wait's
+    signature; the load's level moves both): a PINN's 237 ms check on rank 0 after step 7 made rank 1's step 8 352 ms
+    against ~33, the window's mean step 89 ms for ~36 and its averaged replay +13.7 %
+    (``bench/frameworks/jax_pinn_poisson.py``; on a busier run, 222 ms against 26 where the median step was 133). Where
+    such times recur (twice or more, after a third of the steps or more), they are the loop's own (a data loader or
+    logging outside the step markers), and every step is kept."""
     chosen = {r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()}
     long, median = long_gaps(chosen)
     holds = {s for _, _, s in long}
     if not holds or (len(holds) >= 2 and 3 * len(holds) >= len(steps) - 1):
         return steps, None
-    took = {(r, s) for _, r, s in long}
-    waited = {int(row[0]) for r, a in chosen.items() for row in a
-              if int(row[0]) - 1 in holds and (r, int(row[0]) - 1) not in took and row[2] - row[1] > 2 * median}
+    took = {(r, s): us for us, r, s in long}
+    length = {(r, int(row[0])): row[2] - row[1] for r, a in chosen.items() for row in a}
+    waited = {s + 1 for (r, s), us in took.items() for (o, x), d in length.items()
+              if x == s + 1 and (o, s) not in took and d - length.get((r, x), d) > us / 2}
     stretches: list[list[int]] = [[]]
     for s in sorted(steps):
         prev = stretches[-1][-1] if stretches[-1] else None
