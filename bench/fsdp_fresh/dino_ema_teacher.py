@@ -2,7 +2,8 @@
 
 Habits it exercises, as DINO users write them (no other fresh script has this family or these habits):
 - a student and a teacher ViT, each ``fully_shard`` per block and at the root: the teacher has no optimizer and runs
-  forward only under ``torch.no_grad()`` (its all-gathers with no backward, no reduce-scatter);
+  forward only under ``torch.no_grad()`` (its all-gathers with no backward, no reduce-scatter), then ``reshard()``:
+  FSDP2 leaves a root's parameters unsharded after its forward, so the EMA below met full tensors beside shards;
 - the teacher updated as an EMA of the student on the local shards (``torch._foreach_mul_`` / ``_foreach_add_`` over
   ``DTensor.to_local()``), its momentum on a cosine schedule;
 - multi-crop: two 32x32 global crops (student and teacher) and ``--local-crops`` 16x16 ones (student only), the
@@ -114,6 +115,7 @@ def main() -> None:
         global_views = crops(g, images, 32, 2)
         with torch.no_grad():
             t_out = teacher(global_views)
+        teacher.reshard()  # FSDP2 keeps the root's parameters unsharded after a forward (backward would need them)
         s_out = student(global_views)
         if args.local_crops:
             s_out = torch.cat([s_out, student(crops(g, images, 16, args.local_crops))])
