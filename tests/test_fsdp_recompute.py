@@ -83,10 +83,11 @@ def test_an_evaluation_forward_adds_nothing_to_the_layers_inputs_and_outputs():
 
 
 def test_a_forward_only_fsdp_teacher_beside_the_student_is_read_and_said_as_each_steps_own(tmp_path):
-    """DINO (``bench/fsdp_fresh/dino_ema_teacher.py``): a second FSDP2 model run forward only under no_grad each step,
-    and the user's all-reduce of its centre each step. A rank-step part with no backward made ``Passes`` index an empty
-    array (every what-if and optimize: IndexError); the two warnings advised a ``--steps`` window without them, which
-    no window of this loop is."""
+    """DINO (``bench/fsdp_fresh/dino_ema_teacher.py``): a teacher FSDP2 model run forward only under no_grad each step,
+    and the user's all-reduce of its centre each step. The zero-code collector attaches to the first FSDP root to run a
+    forward, here the teacher, so each rank-step holds forwards and no backward (the student is not timed: open), which
+    made ``Passes`` index an empty array (every what-if and optimize: IndexError); the two warnings advised a
+    ``--steps`` window without them, which no window of this loop is."""
     from dagprof.cli.main import main  # noqa: PLC0415
     from dagprof.pipeline import open_run  # noqa: PLC0415
 
