@@ -140,6 +140,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_kge_complex": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_gcn_molecule": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_gine_molecules": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "tf_wgan_gp_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "jax_pinn_poisson": ("jax", "DAGPROF_JAX_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

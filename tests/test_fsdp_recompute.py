@@ -3,6 +3,8 @@
 forward again inside the backward) is one forward+backward pass a step, while the accumulating recordings keep theirs."""
 from __future__ import annotations
 
+import shutil
+
 from testdata import DATA
 
 from dagprof.graph.build import build_graph
@@ -78,3 +80,24 @@ def test_an_evaluation_forward_adds_nothing_to_the_layers_inputs_and_outputs():
     assert g.meta.fsdp.layer_output_bytes[msg] == 2400 * 192 * 4 and g.meta.fsdp.layer_input_bytes[msg] == 2400 * 384 * 4
     for p in fsdp_peak(g).values():
         assert abs(p.total / (23.59 * 2**20) - 1) < 0.10
+
+
+def test_a_forward_only_fsdp_teacher_beside_the_student_is_read_and_said_as_each_steps_own(tmp_path):
+    """DINO (``bench/fsdp_fresh/dino_ema_teacher.py``): a teacher FSDP2 model run forward only under no_grad each step,
+    and the user's all-reduce of its centre each step. The zero-code collector attaches to the first FSDP root to run a
+    forward, here the teacher, so each rank-step holds forwards and no backward (the student is not timed: open), which
+    made ``Passes`` index an empty array (every what-if and optimize: IndexError); the two warnings advised a
+    ``--steps`` window without them, which no window of this loop is."""
+    from dagprof.cli.main import main  # noqa: PLC0415
+    from dagprof.pipeline import open_run  # noqa: PLC0415
+
+    run = DATA / "fsdp-fresh" / "dino-teacher"
+    passes = Passes(build_graph(read_run(run)))
+    assert passes.most_micro_batches() == 1
+    said = open_run(run).warnings
+    every = [w for w in said if "every step ran them" in w]
+    assert len(every) == 2 and not [w for w in said if "(--steps) times training alone" in w]
+    assert any("a frozen teacher's or a target network's forward each step?" in w for w in every)
+    copy = tmp_path / "dino"  # whatif writes its timelines beside the run
+    shutil.copytree(run, copy)
+    assert main(["whatif", str(copy), "--bandwidth", "200Mbit", "--json"]) == 0

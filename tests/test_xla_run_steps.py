@@ -15,6 +15,7 @@ from dagprof.traces.load import load
 from dagprof.traces.steps import steady_window, time_between_steps
 
 RUN = pathlib.Path(__file__).parent / "data" / "tf-jax" / "wavenet-eval"
+PINN = pathlib.Path(__file__).parent / "data" / "tf-jax" / "pinn-rank0-check"
 
 
 def test_a_program_dispatched_between_steps_is_in_no_step():
@@ -68,6 +69,23 @@ def test_steady_window_rule():
     kept, said = steady_window({0: early, 1: steps}, window)
     assert kept == list(range(8, 14)) and "(6..7)" in said and "rank 0: 5 ms after step 7" in said
     assert steady_window({0: early}, list(range(8, 14)))[1] is None  # a window without it: nothing left out
+    waited = steps.copy()
+    waited[2, 2] += 5000.0  # rank 1 waited out rank 0's time after step 7 inside step 8: 8 left out too, 9..13 kept
+    kept, said = steady_window({0: early, 1: waited}, window)
+    assert kept == list(range(9, 14)) and "(6..7, 8)" in said and "the other ranks waited it out in step 8" in said
     every_other = steps.copy()
     every_other[:, 1:] += 5000.0 * (np.arange(8) // 2)[:, None]  # after steps 7, 9, 11: the loop's own time, each 2 steps
     assert steady_window({0: every_other, 1: every_other}, window) == (window, None)
+
+
+def test_a_check_on_rank_0_alone_leaves_out_the_step_the_other_rank_waited_it_out_in():
+    """Rank 0's 317 ms check after step 7; rank 1 went on and waited for it inside step 8 (423 ms against ~110): a
+    window of 8..10 held that wait (a 220 ms mean step), 6..7 does not."""
+    spans = {t.rank: t.step_spans() for t in load(str(PINN)).ranks}
+    assert spans[1][2, 0] == 8 and spans[1][2, 2] - spans[1][2, 1] > 3 * (spans[0][2, 2] - spans[0][2, 1])
+    prof = open_run(str(PINN))
+    left = [w for w in prof.warnings if "left out of the window" in w]
+    assert prof.graph.meta.steps == [6, 7] and len(left) == 1
+    assert "(8, 9..10)" in left[0] and "the other ranks waited it out in step 8, left out too" in left[0]
+    assert prof.analysis.measured_us < 130e3  # 219.6 ms with step 8 in the window
+    assert open_run(str(PINN), template=True).graph.meta.steps == [6, 7]

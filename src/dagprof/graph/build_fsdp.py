@@ -324,13 +324,13 @@ def _recomputed(layer: np.ndarray, starts: np.ndarray, fwd: np.ndarray) -> np.nd
     and ending with the one it ended with (the head); a recomputation runs a checkpointed block's layers only (the end
     tells them apart where the model's first module is itself checkpointed: ``gnn_ckpt_eval.py --checkpoint-first``).
     Read as micro-batches, a GPT block calling ``torch.utils.checkpoint`` (``bench/fsdp_fresh/gpt_tied_ckpt.py``) held
-    phantom accumulated gradients in its peak, and ``--units merge:2`` kept the merged blocks' reduce-scatters apart."""
+    phantom accumulated gradients in its peak, and ``--units merge:2`` kept the merged blocks' reduce-scatters apart.
+    A part may hold no backward at all (a forward-only FSDP module's, DINO's teacher's: ``dino_ema_teacher.py``)."""
     out = np.zeros(len(starts), dtype=bool)
     idx = np.flatnonzero(starts)
     if len(idx):
-        back = np.flatnonzero(~fwd)
-        nxt = np.searchsorted(back, idx)  # each run's first backward after it (none: the run goes on to the end)
-        ends = np.where(nxt < len(back), back[np.minimum(nxt, len(back) - 1)], len(fwd)) - 1
+        back = np.r_[np.flatnonzero(~fwd), len(fwd)]  # each run's first backward after it (none: it goes on to the end)
+        ends = back[np.searchsorted(back, idx)] - 1
         out[idx] = (layer[idx] != layer[idx[0]]) | (layer[ends] != layer[ends[0]])
     return out
 

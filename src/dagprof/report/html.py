@@ -53,7 +53,7 @@ def render(inp: ReportInputs) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
-    window = f"step {meta.steps[0]}" if len(meta.steps) == 1 else f"steps {escape(step_range(meta.steps))}"  # not "steps 10..10"
+    window = f"step{'s' if len(meta.steps) > 1 else ''} {escape(step_range(meta.steps))}"
     parts.append(f"<p>{count(len(a.predicted_iter_us), 'rank')}, backend {escape(str(meta.backend or '?'))}, "
                  f"{window}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
                  f"source <code>{escape(str(inp.source or meta.source or ''))}</code></p>")

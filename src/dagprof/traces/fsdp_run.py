@@ -177,7 +177,8 @@ def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str 
 def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:
     """Say which profiled steps ran collectives of the job's own (``JOB_PHASES``: DTensors gathered for a state_dict, a DCP
     save's object collectives): they are in the window's mean iteration, which a job saving every k steps takes 1 in k
-    times, not as often as the window holds them."""
+    times, not as often as the window holds them. Where every step ran them they are the loop's own (DINO's all-reduce
+    of its teacher's centre, ``bench/fsdp_fresh/dino_ema_teacher.py``), and no ``--steps`` leaves them out."""
     for phase, what, priced in ((FULL_TENSOR, "DTensor.full_tensor gathers (a state_dict for a save?)", "all-gathers"),
                                 (JOB_CALL, "blocking torch.distributed calls of the job's own ({kinds}: an evaluation's or a "
                                  "logged metric, a DCP save's object collectives?)", "the collectives they run")):
@@ -185,10 +186,12 @@ def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: lis
         hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == phase and b0 <= t <= b1 for k, t, _ in calls))}
         if hit:  # no rank in the text: every rank runs them in the same steps, and equal texts are shown once
             what = what.format(kinds=", ".join(f"{ran.count(k)} {k}" for k in sorted(set(ran))))
+            apart = ("every step ran them: the loop's own each step (a DINO centre's or a logged metric's all-reduce), no "
+                     "window leaves them out" if len(hit) == len(steps) else "--template averages those steps only with each "
+                     "other; a window without them (--steps) times training alone")
             warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
                             f"{what}: joined across ranks and priced by the link as {priced}, they and the host time around them count "
-                            f"in the window's mean iteration and every what-if as {len(hit)} step(s) in {len(steps)}; --template "
-                            "averages those steps only with each other; a window without them (--steps) times training alone")
+                            f"in the window's mean iteration and every what-if as {len(hit)} step(s) in {len(steps)}; {apart}")
 
 
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:

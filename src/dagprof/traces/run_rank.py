@@ -164,6 +164,8 @@ def _no_grad_forwards(records: np.ndarray, steps: list[tuple[int, int, int]], na
     iteration, which no training step takes; and ``--workers`` keeps them per rank as profiled, where a
     ``DistributedSampler`` over an evaluation set gives each of more workers fewer batches. ``habits_loop.py``'s
     profiled evaluation step ran 2.7 s, its training steps 0.3-0.8 s: the window's mean was 872 ms, without a word.
+    Where every profiled step ran them they are the step's own (DINO's teacher, ``bench/fsdp_fresh/dino_ema_teacher.py``),
+    and no ``--steps`` window leaves them out.
 
     Reentrant activation checkpointing (``checkpoint(..., use_reentrant=True)``) runs its blocks' forward under no_grad
     too, and again with autograd on inside the backward: per step and layer, as many of its no_grad forwards before the
@@ -194,11 +196,14 @@ def _no_grad_forwards(records: np.ndarray, steps: list[tuple[int, int, int]], na
         return
     span_ms = sum(float(np.ptp(t[quiet & (t >= b0) & (t <= b1)])) for _, _, b0, b1 in hit) / 1e6
     step_ms = sum(b1 - b0 for _, _, b0, b1 in hit) / 1e6
+    every = len(hit) == len(steps)  # a teacher's or target network's forward each step: no window leaves it out
+    guess, keep = (("a frozen teacher's or a target network's forward each step?", "; every step ran them: part of the step "
+                    "the loop repeats") if every else ("an evaluation pass?", " (a DistributedSampler gives each of more workers "
+                                                       "fewer evaluation batches); a window without them (--steps) times training alone"))
     warnings.append(f"{name}: {len(hit)} of {len(steps)} profiled steps (step {', '.join(str(s) for s, *_ in hit)}) ran "
-                    f"{sum(n for _, n, *_ in hit)} layer forwards under torch.no_grad (an evaluation pass?), over "
+                    f"{sum(n for _, n, *_ in hit)} layer forwards under torch.no_grad ({guess}), over "
                     f"{span_ms:.0f} of those steps' {step_ms:.0f} ms: they count in the window's mean iteration and as "
-                    "forward compute in every command, and --workers keeps them per rank as profiled (a DistributedSampler "
-                    "gives each of more workers fewer evaluation batches); a window without them (--steps) times training alone")
+                    f"forward compute in every command, and --workers keeps them per rank as profiled{keep}")
 
 
 def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:

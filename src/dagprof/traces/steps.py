@@ -42,8 +42,8 @@ def parse_steps(spec: str | int | range | tuple[int, int]) -> range:
 
 
 def step_range(steps: list[int]) -> str:
-    """The steps a graph or profile holds as the reports print them: first..last ("?" for none)."""
-    return f"{steps[0]}..{steps[-1]}" if steps else "?"
+    """The steps a graph or profile holds as the reports print them: first..last, a lone step by itself ("?" for none)."""
+    return "?" if not steps else str(steps[0]) if len(steps) == 1 else f"{steps[0]}..{steps[-1]}"
 
 
 def iteration_us(steps: np.ndarray | list) -> float:
@@ -175,24 +175,37 @@ def steady_window(spans: dict[int, np.ndarray], steps: list[int]) -> tuple[list[
     after it, and replayed +45 % (``bench/frameworks/jax_wavenet_lion.py``, window 6:14); the model the what-ifs start
     from was +6.4 % and the profiler-cost correction held loop step times without it against an iteration with it. The
     step before the time counts it (start to start, ``iteration_us``), unless it ends the stretch (then it counts to its
-    own end), so a stretch ends at such a step: 6..7 and 8..13 there, 8..13 kept. Where such times recur (twice or
-    more, after a third of the steps or more), they are the loop's own (a data loader or logging outside the step
-    markers), and every step is kept."""
+    own end), so a stretch ends at such a step: 6..7 and 8..13 there, 8..13 kept. A time that only some ranks took
+    (rank 0's evaluation) is waited out by the others inside the next step's first collective, so that step is left
+    out too where a rank without the time ran it longer than one that took it by over half that time (a wait's
+    signature; the load's level moves both): a PINN's 237 ms check on rank 0 after step 7 made rank 1's step 8 352 ms
+    against ~33, the window's mean step 89 ms for ~36 and its averaged replay +13.7 %
+    (``bench/frameworks/jax_pinn_poisson.py``; on a busier run, 222 ms against 26 where the median step was 133). Where
+    such times recur (twice or more, after a third of the steps or more), they are the loop's own (a data loader or
+    logging outside the step markers), and every step is kept."""
     chosen = {r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()}
     long, median = long_gaps(chosen)
     holds = {s for _, _, s in long}
     if not holds or (len(holds) >= 2 and 3 * len(holds) >= len(steps) - 1):
         return steps, None
+    took = {(r, s): us for us, r, s in long}
+    length = {(r, int(row[0])): row[2] - row[1] for r, a in chosen.items() for row in a}
+    waited = {s + 1 for (r, s), us in took.items() for (o, x), d in length.items()
+              if x == s + 1 and (o, s) not in took and d - length.get((r, x), d) > us / 2}
     stretches: list[list[int]] = [[]]
     for s in sorted(steps):
-        if stretches[-1] and (s != stretches[-1][-1] + 1 or stretches[-1][-1] in holds):
+        prev = stretches[-1][-1] if stretches[-1] else None
+        if prev is not None and (s != prev + 1 or prev in holds or s in waited or prev in waited):
             stretches.append([])
         stretches[-1].append(s)
     kept = max(stretches, key=len)
     us, rank, step = max(long)
     left = [s for s in steps if s not in kept]
+    others = [s for s in sorted(waited) if s in left]
+    waits = (f"; the other ranks waited it out in step{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}, "
+             "left out too" if others else "")
     return kept, (f"{count(len(left), 'step')} left out of the window ({', '.join(step_range(x) for x in stretches if x is not kept)}): "
                   f"{count(len(holds), 'iteration')} of it held time between two steps, outside every step marker, over the "
                   f"median step (rank {rank}: {us / 1e3:.0f} ms after step {step}, against {median / 1e3:.1f} ms; an "
-                  f"evaluation, a checkpoint or a compile between steps?), which no step repeats: steps {step_range(kept)} "
-                  "kept; --steps chooses the window, that time included")
+                  f"evaluation, a checkpoint or a compile between steps?), which no step repeats{waits}: steps "
+                  f"{step_range(kept)} kept; --steps chooses the window, that time included")
