@@ -57,23 +57,35 @@ def command(model: str, steps: int, scratch: str) -> list[str]:
     return [sys.executable, os.path.join(HERE, "tp_fresh", script), *args, *ckpt, "--steps", str(steps)]
 
 
+def calibrate_command(out: str, link: str) -> list[str]:
+    """``dagprof calibrate`` of one link on the job's 4 ranks: every kind the job calls (the TP all-reduces, FSDP's
+    all-gathers and reduce-scatters) up to 4 MiB, and the compute slowdown beside a 1 MiB all-reduce (``--overlap``)."""
+    return [sys.executable, "-m", "dagprof.cli.main", "calibrate", "-o", calibration(out, link), "--max-mb", "4", "--iters", "7",
+            "--overlap", "--overlap-mb", "1"]
+
+
+def calibration(out: str, link: str) -> str:
+    return os.path.join(out, f"calibrate-{link}.json")
+
+
 def run_round(model: str, out: str, steps: int, cluster, seed: int) -> None:
-    """Every profile and measured job of one round into ``out``, in a shuffled order."""
+    """Every profile, measured job and calibration of one round into ``out``, in a shuffled order."""
     from dagprof.collect.jobs.launch import Bootstrap, launch
 
-    jobs = [("profile", link) for link in PROFILED] + [("job", link) for link in MEASURED]
+    jobs = [("profile", link) for link in PROFILED] + [("job", link) for link in MEASURED] + [("calibrate", link) for link in PROFILED]
     random.Random(seed).shuffle(jobs)
     for what, link in jobs:
         name = f"{what}-{link}"
         boot = (Bootstrap(profile=os.path.join(out, name), steps=range(*WINDOW)) if what == "profile"
-                else Bootstrap(times=os.path.join(out, name)))
+                else Bootstrap(times=os.path.join(out, name)) if what == "job" else None)
         if what == "job":
             os.makedirs(os.path.join(out, name))
         on = None if link == "loopback" else cluster
         if on is not None:
             on.set_rate(RATES[link])
         t0 = time.perf_counter()
-        launch(command(model, steps, out), boot, ranks=4, cluster=on, log_dir=os.path.join(out, f"{name}-logs"), timeout_s=600)
+        cmd = calibrate_command(out, link) if what == "calibrate" else command(model, steps, out)
+        launch(cmd, boot, ranks=4, cluster=on, log_dir=os.path.join(out, f"{name}-logs"), timeout_s=600)
         print(f"    {model} {name}: {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f}", flush=True)
 
 
@@ -83,14 +95,19 @@ def measured_ms(folder: str) -> float:
         return statistics.median(json.load(f)["step_s"][WARMUP:]) * 1e3
 
 
-def whatif_args(profile: str, link: str) -> tuple[str, ...]:
+def whatif_args(profile: str, link: str, folder: str, calibrated: bool) -> tuple[str, ...]:
+    """The what-if from the profile on ``profile`` to ``link``: by the rate (``--bandwidth``), or, ``calibrated``, by the
+    round's calibrations of both links (``--link-from --link-to``, as ``bench/bench_fsdp.py`` predicts FSDP's links)."""
     if profile == link:
         return ()
+    if calibrated:
+        return ("--link-from", calibration(folder, profile), "--link-to", calibration(folder, link))
     return ("--bandwidth", link) + (() if profile == "loopback" else ("--profiled-bandwidth", profile))
 
 
-def offline(keep: str, extra: tuple[str, ...], src: str) -> list[float]:
-    """Every kept round's cells predicted by the dagprof of ``src``; the table; the what-if cells' errors, %."""
+def offline(keep: str, extra: tuple[str, ...], src: str, calibrated: bool = False) -> list[float]:
+    """Every kept round's cells predicted by the dagprof of ``src`` (``calibrated``: on the round's calibrations,
+    ``whatif_args``; a round kept without them is left out); the table; the what-if cells' errors, %."""
     errors: list[float] = []
     changes: list[float] = []
     print(f"{'model':6s} {'profile':>8s} {'link':>8s} {'predicted':>10s} {'measured':>9s} {'ratio':>6s} {'error':>8s} "
@@ -103,10 +120,11 @@ def offline(keep: str, extra: tuple[str, ...], src: str) -> list[float]:
                 d = os.path.join(keep, model, r)
                 for link in MEASURED:
                     if (link == "loopback" and profile != link  # a what-if to loopback: no link a user asks for
-                            or not os.path.isdir(os.path.join(d, f"job-{link}"))):  # a round kept before its link was measured
+                            or not os.path.isdir(os.path.join(d, f"job-{link}"))  # a round kept before its link was measured
+                            or calibrated and not os.path.exists(calibration(d, profile))):  # ... or before rounds calibrated
                         continue
                     try:
-                        p = whatif_json(os.path.join(d, f"profile-{profile}"), *whatif_args(profile, link), *extra, src=src)
+                        p = whatif_json(os.path.join(d, f"profile-{profile}"), *whatif_args(profile, link, d, calibrated), *extra, src=src)
                     except Refused as e:
                         print(f"{model:6s} {profile:>8s} {link:>8s} {r}: refused: {e}")
                         continue
@@ -145,11 +163,13 @@ def main() -> int:
     ap.add_argument("--offline", metavar="KEPT", help="run nothing: the kept rounds predicted again by this code")
     ap.add_argument("--measure-only", action="store_true", help="run the rounds, leave the table to --offline (a shorter hold)")
     ap.add_argument("--whatif-args", default="", help="more options for every whatif, e.g. '--raw'")
+    ap.add_argument("--calibrated", action="store_true", help="--offline: predict each link on the round's calibrations of both "
+                    "links (whatif --link-from --link-to), not by the rate")
     ap.add_argument("--src", default=os.path.join(os.path.dirname(HERE), "src"), help="the dagprof tree that predicts")
     args = ap.parse_args()
     extra = tuple(shlex.split(args.whatif_args))
     if args.offline:
-        offline(args.offline, extra, args.src)
+        offline(args.offline, extra, args.src, args.calibrated)
         return 0
     from dagprof.collect.jobs.netns import Cluster, available
 
@@ -173,7 +193,7 @@ def main() -> int:
                 run_round(model, out, args.steps, cluster, seed=k)
         print(f"tp_testbed: rounds done, load {os.getloadavg()[0]:.2f}", flush=True)
         if not args.measure_only:
-            offline(keep, extra, args.src)
+            offline(keep, extra, args.src, args.calibrated)
     return 0
 
 
