@@ -14,6 +14,14 @@ after whatif's correction, the load of its minute) taken out.
 
     sudo .venv/bin/python bench/tp_testbed.py --models mixer,llama [--rounds 1] --keep DIR   # rounds add to DIR's
     .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--raw"]          # predicted again, this code
+    .venv/bin/python bench/tp_testbed.py --offline DIR --calibrated                     # ... on each round's calibrations
+
+Each round also runs ``dagprof calibrate --overlap`` on each link with the job's 4 ranks (shuffled with the jobs; rounds
+kept before 2026-12-06 21:00 have none): ``--calibrated`` predicts a shaped profile's other link by the two files
+(``whatif --link-from P --link-to L``: each collective's kind and size as the two links' sweeps measured, so no fit made
+inside tbf's burst, and the compute slowdown beside collectives each link's file measured, ``search.scenario.beside``).
+A what-if the calibrations refuse (the loopback's: its 4 ranks' sweep on 2 cores is no link the profile's collectives
+ran on) is predicted by the rate, as the user would go on, and says so.
 
 Goal (issue 16): median |error| <= 3 %, each <= 8 % over the what-if cells (a profile's link other than the cell's).
 
@@ -123,10 +131,14 @@ def offline(keep: str, extra: tuple[str, ...], src: str, calibrated: bool = Fals
                             or not os.path.isdir(os.path.join(d, f"job-{link}"))  # a round kept before its link was measured
                             or calibrated and not os.path.exists(calibration(d, profile))):  # ... or before rounds calibrated
                         continue
-                    try:
-                        p = whatif_json(os.path.join(d, f"profile-{profile}"), *whatif_args(profile, link, d, calibrated), *extra, src=src)
-                    except Refused as e:
-                        print(f"{model:6s} {profile:>8s} {link:>8s} {r}: refused: {e}")
+                    p = None
+                    for by in (calibrated, False)[:1 + calibrated]:  # a calibration refused: the rate, as the user would go on
+                        try:
+                            p = whatif_json(os.path.join(d, f"profile-{profile}"), *whatif_args(profile, link, d, by), *extra, src=src)
+                            break
+                        except Refused as e:
+                            print(f"{model:6s} {profile:>8s} {link:>8s} {r}: refused{' (then by the rate)' if by else ''}: {e}")
+                    if p is None:
                         continue
                     s = p["scenarios"][0]
                     got[link].append((r, measured_ms(os.path.join(d, f"job-{link}")), s["predicted_median_ms"], s["lo_ms"], s["hi_ms"]))
