@@ -14,6 +14,14 @@ after whatif's correction, the load of its minute) taken out.
 
     sudo .venv/bin/python bench/tp_testbed.py --models mixer,llama [--rounds 1] --keep DIR   # rounds add to DIR's
     .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--raw"]          # predicted again, this code
+    .venv/bin/python bench/tp_testbed.py --offline DIR --calibrated                     # ... on each round's calibrations
+
+Each round also runs ``dagprof calibrate --overlap`` on each link with the job's 4 ranks (shuffled with the jobs; rounds
+kept before 2026-12-06 21:00 have none): ``--calibrated`` predicts a shaped profile's other link by the two files
+(``whatif --link-from P --link-to L``: each collective's kind and size as the two links' sweeps measured, so no fit made
+inside tbf's burst, and the compute slowdown beside collectives each link's file measured, ``search.scenario.beside``).
+A what-if the calibrations refuse (the loopback's: its 4 ranks' sweep on 2 cores is no link the profile's collectives
+ran on) is predicted by the rate, as the user would go on, and says so.
 
 Goal (issue 16): median |error| <= 3 %, each <= 8 % over the what-if cells (a profile's link other than the cell's).
 
@@ -60,17 +68,28 @@ def command(model: str, steps: int, scratch: str) -> list[str]:
     return [sys.executable, os.path.join(HERE, "tp_fresh", script), *args, *ckpt, "--steps", str(steps)]
 
 
+def calibrate_command(out: str, link: str) -> list[str]:
+    """``dagprof calibrate`` of one link on the job's 4 ranks: every kind the job calls (the TP all-reduces, FSDP's
+    all-gathers and reduce-scatters) up to 4 MiB, and the compute slowdown beside a 1 MiB all-reduce (``--overlap``)."""
+    return [sys.executable, "-m", "dagprof.cli.main", "calibrate", "-o", calibration(out, link), "--max-mb", "4", "--iters", "7",
+            "--overlap", "--overlap-mb", "1"]
+
+
+def calibration(out: str, link: str) -> str:
+    return os.path.join(out, f"calibrate-{link}.json")
+
+
 def run_round(model: str, out: str, steps: int, cluster, seed: int) -> None:
-    """Every profile and measured job of one round into ``out``, in a shuffled order."""
+    """Every profile, measured job and calibration of one round into ``out``, in a shuffled order."""
     from dagprof.collect.jobs.launch import Bootstrap, launch
 
-    jobs = [("profile", link) for link in PROFILED] + [("job", link) for link in MEASURED]
+    jobs = [("profile", link) for link in PROFILED] + [("job", link) for link in MEASURED] + [("calibrate", link) for link in PROFILED]
     random.Random(seed).shuffle(jobs)
     for what, link in jobs:
         name = f"{what}-{link}"
-        cmd = command(model, steps, out)
+        cmd = calibrate_command(out, link) if what == "calibrate" else command(model, steps, out)
         boot = (Bootstrap(profile=os.path.join(out, name), steps=range(*WINDOW)) if what == "profile"
-                else Bootstrap(times=os.path.join(out, name)))
+                else Bootstrap(times=os.path.join(out, name)) if what == "job" else None)
         if what == "profile" and model in API_PROFILED:
             cmd, boot = cmd + ["--dagprof", os.path.join(out, name)], None
         if what == "job":
@@ -89,14 +108,19 @@ def measured_ms(folder: str) -> float:
         return statistics.median(json.load(f)["step_s"][WARMUP:]) * 1e3
 
 
-def whatif_args(profile: str, link: str) -> tuple[str, ...]:
+def whatif_args(profile: str, link: str, folder: str, calibrated: bool) -> tuple[str, ...]:
+    """The what-if from the profile on ``profile`` to ``link``: by the rate (``--bandwidth``), or, ``calibrated``, by the
+    round's calibrations of both links (``--link-from --link-to``, as ``bench/bench_fsdp.py`` predicts FSDP's links)."""
     if profile == link:
         return ()
+    if calibrated:
+        return ("--link-from", calibration(folder, profile), "--link-to", calibration(folder, link))
     return ("--bandwidth", link) + (() if profile == "loopback" else ("--profiled-bandwidth", profile))
 
 
-def offline(keep: str, extra: tuple[str, ...], src: str) -> list[float]:
-    """Every kept round's cells predicted by the dagprof of ``src``; the table; the what-if cells' errors, %."""
+def offline(keep: str, extra: tuple[str, ...], src: str, calibrated: bool = False) -> list[float]:
+    """Every kept round's cells predicted by the dagprof of ``src`` (``calibrated``: on the round's calibrations,
+    ``whatif_args``; a round kept without them is left out); the table; the what-if cells' errors, %."""
     errors: list[float] = []
     changes: list[float] = []
     print(f"{'model':6s} {'profile':>8s} {'link':>8s} {'predicted':>10s} {'measured':>9s} {'ratio':>6s} {'error':>8s} "
@@ -109,12 +133,17 @@ def offline(keep: str, extra: tuple[str, ...], src: str) -> list[float]:
                 d = os.path.join(keep, model, r)
                 for link in MEASURED:
                     if (link == "loopback" and profile != link  # a what-if to loopback: no link a user asks for
-                            or not os.path.isdir(os.path.join(d, f"job-{link}"))):  # a round kept before its link was measured
+                            or not os.path.isdir(os.path.join(d, f"job-{link}"))  # a round kept before its link was measured
+                            or calibrated and not os.path.exists(calibration(d, profile))):  # ... or before rounds calibrated
                         continue
-                    try:
-                        p = whatif_json(os.path.join(d, f"profile-{profile}"), *whatif_args(profile, link), *extra, src=src)
-                    except Refused as e:
-                        print(f"{model:6s} {profile:>8s} {link:>8s} {r}: refused: {e}")
+                    p = None
+                    for by in (calibrated, False)[:1 + calibrated]:  # a calibration refused: the rate, as the user would go on
+                        try:
+                            p = whatif_json(os.path.join(d, f"profile-{profile}"), *whatif_args(profile, link, d, by), *extra, src=src)
+                            break
+                        except Refused as e:
+                            print(f"{model:6s} {profile:>8s} {link:>8s} {r}: refused{' (then by the rate)' if by else ''}: {e}")
+                    if p is None:
                         continue
                     s = p["scenarios"][0]
                     got[link].append((r, measured_ms(os.path.join(d, f"job-{link}")), s["predicted_median_ms"], s["lo_ms"], s["hi_ms"]))
@@ -151,11 +180,13 @@ def main() -> int:
     ap.add_argument("--offline", metavar="KEPT", help="run nothing: the kept rounds predicted again by this code")
     ap.add_argument("--measure-only", action="store_true", help="run the rounds, leave the table to --offline (a shorter hold)")
     ap.add_argument("--whatif-args", default="", help="more options for every whatif, e.g. '--raw'")
+    ap.add_argument("--calibrated", action="store_true", help="--offline: predict each link on the round's calibrations of both "
+                    "links (whatif --link-from --link-to), not by the rate")
     ap.add_argument("--src", default=os.path.join(os.path.dirname(HERE), "src"), help="the dagprof tree that predicts")
     args = ap.parse_args()
     extra = tuple(shlex.split(args.whatif_args))
     if args.offline:
-        offline(args.offline, extra, args.src)
+        offline(args.offline, extra, args.src, args.calibrated)
         return 0
     from dagprof.collect.jobs.netns import Cluster, available
 
@@ -179,7 +210,7 @@ def main() -> int:
                 run_round(model, out, args.steps, cluster, seed=k)
         print(f"tp_testbed: rounds done, load {os.getloadavg()[0]:.2f}", flush=True)
         if not args.measure_only:
-            offline(keep, extra, args.src)
+            offline(keep, extra, args.src, args.calibrated)
     return 0
 
 

@@ -107,7 +107,8 @@ def _evaluate(args, folder: str | None) -> dict:
     g0 = average_steps(prof.graph, replay) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
     # compute slowed beside collectives, where the user gives a calibrate --overlap file: one measurement on one link, and the
     # weighting by bytes per second that carries it to another rate is not validated (the demo's own overlap.json stays the optimizer's)
-    slowdown, rate = slowdown_of(None, args.link_model) if args.link_model else (0.0, None)
+    # (or --link-from's, the profiled link's, beside --link-to rows each priced by its own link's file: ``scenario.beside``)
+    slowdown, rate = slowdown_of(None, args.link_model or args.link_from) if args.link_model or args.link_from else (0.0, None)
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, link_from=args.link_from,
                       profiled_bandwidth=args.profiled_bandwidth, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,

@@ -35,6 +35,7 @@ from ..passes.link_fit import priced_comm, priced_world_size
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..replay import ReplayResult, replay
 from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
+from .measured import slowdown_of
 from .memory import OPTIMIZER_STATE
 
 
@@ -402,6 +403,18 @@ def undisturb(g: Graph, model: Graph, c: Cluster) -> Graph:
     nodes, dur = slowed_nodes(model), g.dur.copy()
     dur[nodes] = undisturbed(model, res, c.slowdown, _demand(model, res, c))[nodes]
     return g.replace(dur=dur)
+
+
+def beside(c: Cluster, s: Scenario) -> Cluster:
+    """The cluster whose compute slowdown beside collectives a row's timeline takes (``disturb``): on a ``--link-to`` row
+    whose profiled link's calibration measured one (``--link-from``'s ``calibrate --overlap``, which ``undisturb`` took out),
+    the row's link's own where its file measured one too; else ``c``'s. One link's measurement weighted by
+    bytes per second prices another link the wrong way where the slower link costs the cores more per byte: on the testbed
+    tbf paces 200 Mbit/s in single packets, 22-24 ms of the receiver's CPU a MiB against 1.2-2.0 at 1 Gbit/s."""
+    if s.link_to is None or c.link_from is None or c.link_model is not None or not c.slowdown:
+        return c
+    slowdown, rate = slowdown_of(None, s.link_to)
+    return replace(c, slowdown=slowdown, comm_rate=rate) if slowdown else c
 
 
 def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:

@@ -52,6 +52,7 @@ from .scenario import (
     Scenario,
     apply,
     base_topology,
+    beside,
     disturb,
     fixed_workers,
     measured_comm,
@@ -203,7 +204,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unsized = missing_sizes(g0.meta.fsdp) if is_fsdp_graph(g0) else None
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
-        g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
+        g, res = disturb(apply(g0, s, cluster, base_topo), beside(cluster, s))
         it = _iteration_us(g0, s, cluster, base_topo, g, res)
         predicted.append((s, it))
         n = graph_world_size(g)
@@ -212,7 +213,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         if key not in one_worker:
             one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
         eff = None if one_worker[key] is None else one_worker[key] / it
-        gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
+        gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), beside(cluster, s))
         relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
                    or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None or s.mesh is not None)
         # the interval is for a run's median step, so it stands around the replayed steps' median (the benches' and
