@@ -37,5 +37,5 @@ dp-excl env PYTHONPATH="$HERE/src" PY="$PY" OUT="$OUT" SCRIPTS="$SCRIPTS" BUDGET
   echo "released $(date -u +%T) load $(cut -d" " -f1-3 /proc/loadavg)"'
 ROUNDS=("$OUT"/r*); [ -e "${ROUNDS[0]}" ] || ROUNDS=("$OUT"/*/r*)
 for tree in "$HERE" "$BEFORE"; do  # offline, but CPU for minutes: a shared hold, so timed runs waiting go first
-  echo "$tree: $(dp-shared "$PY" bench/fsdp_fresh/judge_pairs.py --src "$tree/src" "${ROUNDS[@]}" | tail -1)"
+  echo "$tree: $(dp-shared "$PY" bench/fsdp_fresh/judge_pairs.py --src "$tree/src" "${ROUNDS[@]}" | tail -3)"
 done
