@@ -44,7 +44,8 @@ def pairs_of(arg: str) -> list[tuple[str, str]]:
         return [(ddp, fsdp)]
     if os.path.isdir(os.path.join(arg, "ddp")):
         return [(os.path.join(arg, "ddp"), os.path.join(arg, "fsdp"))]
-    found = [(d, d.replace(os.sep + "ddp-", os.sep + "fsdp-")) for d in sorted(glob.glob(os.path.join(arg, "ddp-*")))]
+    found = [(d, d.replace(os.sep + "ddp-", os.sep + "fsdp-")) for d in sorted(glob.glob(os.path.join(arg, "ddp-*")))
+             if os.path.isdir(d)]  # not a ddp-K.after.log
     if not found:
         sys.exit(f"judge_pairs: {arg}: no DDP:FSDP pair, no ddp/ and fsdp/, no ddp-K/fsdp-K")
     return found
