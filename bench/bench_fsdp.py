@@ -765,7 +765,8 @@ GROUPS = ("forward layers", "forward other", "loss", "backward layers", "backwar
 def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
     """Each rank's main lane in the replayed ``g``, per step, as ``GROUPS`` (ms, averaged over ``ranks``, default every
     rank): durations by node kind and name, the waits' measured gaps, and the time the lane sat idle before a node (a
-    wait's collective)."""
+    wait's collective) after everything before it ended (a conversion's zero-length clip nodes tie with the optimizer's start:
+    measured from the node before in start order, the optimizer's time counted twice, as idle too)."""
     from dagprof.replay import replay
     from dagprof.traces.events import Kind
 
@@ -775,7 +776,7 @@ def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
     for r in ranks:
         lane = [int(v) for v in range(len(g)) if g.rank[v] == r and g.device[v] == g.meta.main_device[r]]
         lane.sort(key=lambda v: res.start[v])
-        prev = None
+        reach = None  # the furthest end so far: a zero-length node tied at a node's start must not reopen the lane
         for v in lane:
             kind, name = Kind(int(g.kind[v])), g.node_name(v).partition(".")[2]
             phase = "backward" if "backward" in name or "post-backward" in name else "forward"
@@ -789,8 +790,8 @@ def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
             if group is not None:
                 out[group] += float(g.dur[v])
             out["wait gaps"] += float(g.gap[v]) if kind in (Kind.COMM_WAIT, Kind.STEP) else 0.0
-            out["idle"] += max(0.0, float(res.start[v] - g.gap[v] - res.end[prev])) if prev is not None else 0.0
-            prev = v
+            out["idle"] += max(0.0, float(res.start[v] - g.gap[v] - reach)) if reach is not None else 0.0
+            reach = float(res.end[v]) if reach is None else max(reach, float(res.end[v]))
     return {k: v / 1e3 / len(ranks) / len(g.meta.steps) for k, v in out.items()}
 
 

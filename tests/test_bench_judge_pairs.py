@@ -45,3 +45,28 @@ def test_the_lora_pairs_judged_as_whatif_predicts_them():
 def test_a_folder_without_pairs_is_refused_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, SCRIPT, str(tmp_path)], capture_output=True, text=True)
     assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "no DDP:FSDP pair" in done.stderr
+
+
+def test_the_floor_holds_both_cells_against_the_later_unprofiled_jobs(tmp_path):
+    """Where a round ran both configurations again unprofiled afterwards (``pairs_hold.sh``'s ``*.after.log``), the
+    conversion's replayed median and the target's own profile replayed unchanged are both held against that later job;
+    a pair without them keeps its rows as before."""
+    import shutil
+
+    shutil.copytree(DATA / "lora", tmp_path / "lora")
+    (tmp_path / "lora" / "fsdp-0.after.log").write_text("noise\nfsdp median step 50.0 ms\n")
+    (tmp_path / "lora" / "ddp-0.after.log").write_text("ddp median step 20.0 ms\n")
+    for to, target, other, after in (("fsdp", "fsdp-0", "ddp-0", 50.0), ("ddp", "ddp-0", "fsdp-0", 20.0)):
+        done = subprocess.run([sys.executable, SCRIPT, "--src", SRC, "--to", to, "--json", str(tmp_path / "lora")],
+                              capture_output=True, text=True, check=True)
+        out = json.loads(done.stdout)
+        row, bare = out["rows"]
+        converted = _whatif(str(tmp_path / "lora" / other), "--data-parallel", to)["scenarios"][0]["predicted_median_ms"]
+        same = _whatif(str(tmp_path / "lora" / target))["scenarios"][0]["predicted_median_ms"]
+        assert row["after_ms"] == after and row["identity_ms"] == same
+        assert row["after_error_pct"] == 100.0 * (converted / after - 1.0)
+        assert row["identity_error_pct"] == 100.0 * (same / after - 1.0)
+        assert "after_ms" not in bare and "identity_error_pct" not in bare
+        s = out["summary"]
+        assert s["judged_after"] == 1 and s["identity_after"]["median_miss_pct"] == abs(row["identity_error_pct"])
+        assert s["conversion_after"]["signed_median_pct"] == row["after_error_pct"]
