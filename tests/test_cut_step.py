@@ -132,3 +132,18 @@ def test_what_tells_a_step_cut_short() -> None:
     assert told([0, 1]) is not None and (told([0, 1]).step, told([0, 1]).ops, told([0, 1]).like, told([0, 1]).of) == (3, 2, 2, 3)
     assert told([0, 1, 2]) is None and told([0, 2]) is None and told([1, 2]) is None
     assert told([]) is not None and told([], gpu_end=31.0).ops == 0 and told([0, 1], gpu_end=31.0) is None
+
+
+CUT_STEPS = DATA / "cut-steps"  # torch.profiler stopped inside a step as users stop it (make_cut_steps.py there)
+
+
+def test_real_profiler_stops_inside_a_step_are_refused_and_a_whole_last_step_answered(capsys) -> None:
+    """Leaving the profiler's ``with`` block after step 4's backward, and a loop ending after ``prof.step()`` opened step 6:
+    both closed by ``stop()`` between ops, nothing open, so only the loop's ops tell. ``prof.step()`` before each step
+    closes the last one by ``stop()`` too, after it ran whole: answered."""
+    rc, _, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "break-after-backward.rank0.json.gz"))
+    assert rc == 2 and "ends inside step 4: its 35 ops" in err and "first 35 of step 3's 95" in err and "--steps 1:4" in err
+    rc, _, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "empty-last-step.rank0.json.gz"))
+    assert rc == 2 and "ends inside step 6: it holds none of the 95 ops step 5 ran" in err and "--steps 1:6" in err
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "step-first-whole.rank0.json.gz"))
+    assert rc == 0 and not any("ends inside" in w for w in doc["warnings"]), err
