@@ -92,7 +92,8 @@ def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.n
     from their first ops. A last step of no op there after steps of some is one, whatever ends after it (``profiler.step()``
     after the loop's last step opened it, ``stop()`` closed it: a public MI250 trace's 49 us after 9.3 ms, its device
     work of the step before ending 0.2 ms later, answered 4.69 ms an iteration). No other whole trace in tests/data and
-    ../shared/data holds either tell. Rows: the rank's events, the step markers' mask and
+    ../shared/data holds either tell, but a ``no_sync`` step after a synchronising one is such a start too, so the
+    graph builder says that tell and refuses the others (``completeness.refuse_cut_steps``). Rows: the rank's events, the step markers' mask and
     their step numbers."""
     marks = np.flatnonzero(is_step)
     if not len(marks):
