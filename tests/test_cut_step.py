@@ -85,3 +85,68 @@ def test_what_tells_a_cut() -> None:
     assert told(2.0, 10.0) is not None and (told(2.0, 10.0).step, told(2.0, 10.0).ops) == (7, 1)
     assert told(2.0, 9.0) is None and told(2.0, 10.0, gpu_end=12.0) is None
     assert told(-1.0, 10.0) is None and told(10.0, 10.0) is None
+
+
+SHORT_CUT = DATA / "tp-fresh" / "pp-stages" / "rank-1.pt.trace.json.gz"  # a later stage: between ops at the cut
+EMPTY_LAST = DATA / "kineto_excerpts" / "hta_mi250_minitoy_train.json.gz"  # a public MI250 trace, whole: steps 1 and 2
+
+
+def test_a_cut_between_ops_is_said_by_its_ops_being_the_first_of_every_earlier_step(tmp_path, capsys) -> None:
+    """Cut half-way through step 3, this stage's thread was between ops and nothing was open: no op ends at the marker,
+    but its 29 ops are the first 29 of step 2's 56 in order. A no_sync step after a synchronising one reads so too, so it
+    is said with the window that leaves it out, not refused. The whole file says nothing; the window before answers."""
+    cut = tmp_path / SHORT_CUT.name
+    _cut(SHORT_CUT, cut)
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(cut))
+    said = [w for w in doc["warnings"] if "are only the first" in w]
+    assert rc == 0 and len(said) == 1, err
+    assert "step 3's 29 ops" in said[0] and "first 29 of step 2's 56" in said[0] and "--steps 2:3 leaves it out" in said[0]
+    rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "2:3", str(cut))
+    assert rc == 0 and not any("are only the first" in w for w in doc["warnings"]), err
+    rc, whole, err = cli_json(capsys, "analyze", "--json", "--steps", "2:3", str(SHORT_CUT))
+    assert rc == 0 and doc["measured_iter_ms"] == whole["measured_iter_ms"]
+    rc, whole, err = cli_json(capsys, "analyze", "--json", str(SHORT_CUT))
+    assert rc == 0 and not any("ends inside" in w or "are only the first" in w for w in whole["warnings"]), err
+
+
+def test_an_empty_last_step_is_refused_and_the_step_before_answered(capsys) -> None:
+    """The loop's last ``profiler.step()`` opened step 2, ``stop()`` closed it 49 us later with none of the loop's ops in
+    it: read as a step, the 9.3 ms iteration averaged to 4.69 ms (device work of step 1 ends after it, so the open-op
+    tell never saw it)."""
+    rc, _, err = cli_json(capsys, "analyze", "--json", str(EMPTY_LAST))
+    assert rc == 2 and "ends inside step 2: it holds none of the 10 ops step 1 ran" in err and "--steps 1:2 leaves it out" in err
+    rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "1:2", str(EMPTY_LAST))
+    assert rc == 0 and 9.2 < doc["measured_iter_ms"] < 9.4, err
+
+
+def test_what_tells_a_step_cut_short() -> None:
+    """Loop ops (name ids) a b c in step 1 and 2, and in step 3: a b -> cut; a b c, a c, or b c: whole, as far as it tells;
+    no loop op in step 3: cut even with device work ending after its marker; a b with something after: whole."""
+    def told(last: list[int], gpu_end: float = 29.0):
+        names = [0, 1, 2, 0, 1, 2, *last]
+        step = np.array([1, 2, 3] + [1] * 3 + [2] * 3 + [3] * len(last) + [3])
+        start = np.array([0.0, 10.0, 20.0] + [1.0, 2.0, 3.0, 11.0, 12.0, 13.0] + [21.0 + i for i in range(len(last))] + [24.0])
+        end = np.r_[[10.0, 20.0, 30.0], start[3:-1] + 0.5, gpu_end]
+        is_step = np.r_[[True] * 3, [False] * (len(start) - 3)]
+        loop = np.r_[[-1] * 3, names, -1]
+        return cut_step(start, end, is_step, step, 1e-3, loop)
+
+    assert told([0, 1]) is not None and (told([0, 1]).step, told([0, 1]).ops, told([0, 1]).like, told([0, 1]).of) == (3, 2, 2, 3)
+    assert told([0, 1, 2]) is None and told([0, 2]) is None and told([1, 2]) is None
+    assert told([]) is not None and told([], gpu_end=31.0).ops == 0 and told([0, 1], gpu_end=31.0) is None
+
+
+CUT_STEPS = DATA / "cut-steps"  # torch.profiler stopped inside a step as users stop it (make_cut_steps.py there)
+
+
+def test_real_profiler_stops_inside_a_step_are_said_or_refused_and_a_whole_last_step_answered(capsys) -> None:
+    """Leaving the profiler's ``with`` block after step 4's backward, and a loop ending after ``prof.step()`` opened step 6:
+    both closed by ``stop()`` between ops, nothing open, so only the loop's ops tell: the first said, the empty one
+    refused. ``prof.step()`` before each step closes the last one by ``stop()`` too, after it ran whole: answered."""
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "break-after-backward.rank0.json.gz"))
+    said = [w for w in doc["warnings"] if "are only the first" in w]
+    assert rc == 0 and len(said) == 1 and "step 4's 35 ops" in said[0] and "first 35 of step 3's 95" in said[0], err
+    rc, _, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "empty-last-step.rank0.json.gz"))
+    assert rc == 2 and "ends inside step 6: it holds none of the 95 ops step 5 ran" in err and "--steps 1:6" in err
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "step-first-whole.rank0.json.gz"))
+    assert rc == 0 and not any("ends inside" in w or "are only the first" in w for w in doc["warnings"]), err

@@ -34,9 +34,9 @@ def rows(t, name: str) -> np.ndarray:
     return np.flatnonzero(np.array([ev.names[k] == name for k in ev.name]))
 
 
-def assert_consistent(t):
+def assert_consistent(t, steps: range | None = None):
     """No rule's edge is contradicted, and the replay reproduces the measured iteration."""
-    g = build_graph(Run([t], t.source))
+    g = build_graph(Run([t], t.source), steps)
     assert [c for c in violations(g) if c.violated] == []
     res = replay(g)
     marks = np.flatnonzero(g.kind == Kind.STEP)
@@ -82,7 +82,7 @@ def test_rocm_names_synchronous_copy_and_device_sync():
     assert flows(t, Dep.COPY) == [("Memcpy HtoD (Host -> Device)", "hipMemcpyWithStream")] * 2  # synchronous copies
     (src, dst), = flows(t, Dep.SYNC)
     assert dst == "hipDeviceSynchronize" and src.startswith("void at::native::(anonymous namespace)::multi_tensor_apply_kernel")
-    assert_consistent(t)
+    assert_consistent(t, range(1, 2))  # step 2 holds no op of the loop: the profiler's stop() closed it (test_cut_step)
 
 
 def test_recorded_stream_wait_joins_the_two_streams():

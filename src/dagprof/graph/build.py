@@ -185,8 +185,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     run, matching = on_one_clock(run, matching)  # may renumber a rank's steps (profilers started at other iterations)
     chosen, said = chosen_steps(run, steps)
     chosen, left_out = default_window(run, chosen) if steps is None else (chosen, [])
-    refuse_cut_steps(run, chosen)
-    left_out = said + left_out
+    left_out = said + left_out + refuse_cut_steps(run, chosen)
     if marked and (note := one_step(chosen)):
         left_out.append(note)
     parallel, dims = label_run(run)
