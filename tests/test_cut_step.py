@@ -109,11 +109,15 @@ def test_a_cut_between_ops_is_said_by_its_ops_being_the_first_of_every_earlier_s
     assert rc == 0 and not any("ends inside" in w or "are only the first" in w for w in whole["warnings"]), err
 
 
-def test_an_empty_last_step_is_refused_and_the_step_before_answered(capsys) -> None:
+def test_an_empty_last_step_is_left_out_of_the_default_window_and_refused_where_named(capsys) -> None:
     """The loop's last ``profiler.step()`` opened step 2, ``stop()`` closed it 49 us later with none of the loop's ops in
     it: read as a step, the 9.3 ms iteration averaged to 4.69 ms (device work of step 1 ends after it, so the open-op
-    tell never saw it)."""
-    rc, _, err = cli_json(capsys, "analyze", "--json", str(EMPTY_LAST))
+    tell never saw it). No step of the job: the default window leaves it out and says so; a window that names it is
+    refused."""
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(EMPTY_LAST))
+    assert rc == 0 and 9.2 < doc["measured_iter_ms"] < 9.4, err
+    assert any("step 2 left out" in w and "none of the training loop's ops" in w for w in doc["warnings"])
+    rc, _, err = cli_json(capsys, "analyze", "--json", "--steps", "1:3", str(EMPTY_LAST))
     assert rc == 2 and "ends inside step 2: it holds none of the 10 ops step 1 ran" in err and "--steps 1:2 leaves it out" in err
     rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "1:2", str(EMPTY_LAST))
     assert rc == 0 and 9.2 < doc["measured_iter_ms"] < 9.4, err
@@ -142,11 +146,14 @@ CUT_STEPS = DATA / "cut-steps"  # torch.profiler stopped inside a step as users 
 def test_real_profiler_stops_inside_a_step_are_said_or_refused_and_a_whole_last_step_answered(capsys) -> None:
     """Leaving the profiler's ``with`` block after step 4's backward, and a loop ending after ``prof.step()`` opened step 6:
     both closed by ``stop()`` between ops, nothing open, so only the loop's ops tell: the first said, the empty one
-    refused. ``prof.step()`` before each step closes the last one by ``stop()`` too, after it ran whole: answered."""
+    left out of the default window (refused where named). ``prof.step()`` before each step closes the last one by
+    ``stop()`` too, after it ran whole: answered."""
     rc, doc, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "break-after-backward.rank0.json.gz"))
     said = [w for w in doc["warnings"] if "are only the first" in w]
     assert rc == 0 and len(said) == 1 and "step 4's 35 ops" in said[0] and "first 35 of step 3's 95" in said[0], err
-    rc, _, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "empty-last-step.rank0.json.gz"))
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "empty-last-step.rank0.json.gz"))
+    assert rc == 0 and any("step 6 left out" in w for w in doc["warnings"]), err
+    rc, _, err = cli_json(capsys, "analyze", "--json", "--steps", "1:7", str(CUT_STEPS / "empty-last-step.rank0.json.gz"))
     assert rc == 2 and "ends inside step 6: it holds none of the 95 ops step 5 ran" in err and "--steps 1:6" in err
     rc, doc, err = cli_json(capsys, "analyze", "--json", str(CUT_STEPS / "step-first-whole.rank0.json.gz"))
     assert rc == 0 and not any("ends inside" in w or "are only the first" in w for w in doc["warnings"]), err

@@ -33,7 +33,7 @@ from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces import cpu_sets
-from ..traces.completeness import refuse_cut_steps
+from ..traces.completeness import leave_out_empty_last, refuse_cut_steps
 from ..traces.events import CommRole, Kind, RankTrace, Run
 from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
@@ -185,6 +185,9 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     run, matching = on_one_clock(run, matching)  # may renumber a rank's steps (profilers started at other iterations)
     chosen, said = chosen_steps(run, steps)
     chosen, left_out = default_window(run, chosen) if steps is None else (chosen, [])
+    if steps is None:
+        chosen, empty = leave_out_empty_last(run, chosen)
+        left_out += empty
     left_out = said + left_out + refuse_cut_steps(run, chosen)
     if marked and (note := one_step(chosen)):
         left_out.append(note)

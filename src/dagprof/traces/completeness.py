@@ -126,6 +126,21 @@ def require_complete(run: Run, allow_missing_ranks: bool = False) -> Run:
     return dataclasses.replace(run, meta=msgspec.structs.replace(run.meta.warned(note), partial=True))
 
 
+def leave_out_empty_last(run: Run, steps: list[int]) -> tuple[list[int], list[str]]:
+    """A default window less a last step that holds none of the loop's ops (``CutStep.ops`` 0 beside earlier steps): the
+    loop's last ``profiler.step()`` opened it and ``stop()`` closed it, as a loop that ends inside the profiler's schedule
+    leaves it (``tests/data/cut-steps/empty-last-step``, a public MI250 trace), so it is no step of the job: left out and
+    said, not refused. A ``--steps`` that names it, or a window of it alone, is refused (``refuse_cut_steps``)."""
+    ranks = [t for t in run.ranks if t.meta.cut_step is not None and t.meta.cut_step.ops == 0 and t.meta.cut_step.like >= 0]
+    empty = {t.meta.cut_step.step + t.meta.step_offset for t in ranks}
+    kept = [s for s in steps if s not in empty]
+    if len(kept) == len(steps) or not kept:
+        return steps, []
+    gone = ", ".join(str(s) for s in steps if s in empty)
+    return kept, [f"step {gone} left out on all ranks: it holds none of the training loop's ops on {len(ranks)} of "
+                  f"{len(run.ranks)} rank(s) (the loop's last profiler.step() opened it and stop() closed it)"]
+
+
 def refuse_cut_steps(run: Run, steps: list[int]) -> list[str]:
     """One line instead of an answer that counts a step the trace's end cut inside (``RankMeta.cut_step``) as a whole one:
     half a step read as a shorter one (a one-step trace cut half-way answered 47.8 ms for a 95.7 ms step; a public MI250
