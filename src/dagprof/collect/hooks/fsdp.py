@@ -383,11 +383,23 @@ class FsdpRecorder:
         self._group_ranks.clear()
         self.modules = []
 
+    def _untimed_roots(self) -> dict[int, str]:
+        """id(group) -> the class of its ``fully_shard`` root, for each unit outside the models the collector attached
+        (FSDP's class-level hooks see every root's units; the leaf hooks only the attached models')."""
+        attached = {id(m) for r in self.c._roots for m in r.modules()}
+        foreign = [g for g in self.groups if not any(id(m) in attached for m in g.modules)]
+        roots = [g.modules[0] for g in foreign if not g._module_fqn]
+        def root_of(g: Any) -> Any:
+            return next((r for r in roots if any(m is g.modules[0] for m in r.modules())), g.modules[0])
+        return {id(g): type(root_of(g)).__name__.removeprefix("FSDP") for g in foreign}  # fully_shard's class: FSDP<class>
+
     def info(self, layers: list[str]) -> FsdpInfo:
         units = []
+        untimed = self._untimed_roots()
+        mine = [g for g in self.groups if id(g) not in untimed]
         for g in self.groups:
             fqn = g._module_fqn or FSDP_ROOT
-            own = own_layers(g._module_fqn, [g2._module_fqn for g2 in self.groups if g2 is not g], layers)
+            own = [] if id(g) in untimed else own_layers(g._module_fqn, [g2._module_fqn for g2 in mine if g2 is not g], layers)
             fps = g.fsdp_params
             mesh = g.mesh_info.mesh
             dtype = g._orig_dtype or (fps[0].orig_dtype if fps else None)  # FSDP gives a unit of frozen parameters none: theirs
@@ -402,7 +414,7 @@ class FsdpRecorder:
                 reshard_to=post.shard_mesh_size if (post := g.post_forward_mesh_info) is not None and g._use_post_forward_mesh else 0,
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
                 frozen_numel=sum(fp._orig_size.numel() for fp in fps if not fp.sharded_param.requires_grad),
-                frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps),
+                frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps), untimed_root=untimed.get(id(g), ""),
             ))
         return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
                        layer_output_bytes=dict(self.c.saved.most_output), layer_input_bytes=dict(self.c.saved.most_input),
