@@ -212,9 +212,9 @@ def untimed_roots_text(units: list) -> str:
     if not foreign:
         return ""
     return (f"{len(foreign)} FSDP units of {max(1, sum(u.name == FSDP_ROOT for u in foreign))} fully_shard root(s) besides the "
-            f"profiled model ({', '.join(sorted(set(filter(None, roots))))}) ran untimed: dagprof times the layers of the first root to "
-            "run a forward only; the others' all-gathers and reduce-scatters are kept, but their forward and backward compute "
-            "shows as 'forward between timed layers' and 'other', and what-ifs that re-lay units refuse")
+            f"profiled model ({', '.join(sorted(set(filter(None, roots))))}) ran untimed: their all-gathers and reduce-scatters are "
+            "kept, but their forward and backward compute shows as 'forward between timed layers' and 'other', and what-ifs that "
+            "re-lay units refuse (dagprof.profile(model=...) times that model alone; `dagprof profile -- torchrun ...` every root)")
 
 
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
