@@ -29,6 +29,7 @@ from ..costmodel.fsdp_costs import StepFit
 from ..costmodel.topology import ROOTED, allreduce_equivalent_factor
 from ..errors import DagprofError
 from ..traces.events import CommKind, CommRole, Kind, LaneKind, Run
+from ..traces.fsdp_run import untimed_roots
 from ..traces.kineto_schema import dtype_bytes
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
@@ -48,8 +49,8 @@ def fsdp_meta(run: Run) -> FsdpRecord:
     names = set(t0.events.names)  # what a unit did is what counts (FSDP1's root never reshards after forward)
     units = [FsdpGraphUnit(u.name, u.numel, u.shard_bytes, u.orig_dtype, u.param_dtype, u.reduce_dtype, u.reshard_after_forward,
                            f"fsdp reshard {u.name} (forward)" in names, list(u.mesh), list(u.mesh_dims), [t0.layers[i] for i in u.layers],
-                           len(u.params), u.frozen_numel, u.frozen_tensors, u.reshard_to, u.offload)
-             for u in t0.meta.fsdp.units]
+                           len(u.params), u.frozen_numel, u.frozen_tensors, u.reshard_to, u.offload, root, u.root)
+             for u, root in zip(t0.meta.fsdp.units, untimed_roots(t0.meta.fsdp.units), strict=True)]
     return FsdpRecord(
         units=units,
         memory={t.rank: FsdpShards(t.meta.fsdp.param_shard_bytes, t.meta.fsdp.grad_shard_bytes, t.meta.fsdp.optim_state_bytes)
@@ -95,6 +96,21 @@ class FsdpCollectiveNode:
     unit: str
     prefetched: bool
     prefetched_by: str = ""  # the unit whose hook issued it early
+
+
+def refuse_untimed_roots(g: Graph, what: str) -> None:
+    """One line where ``what`` re-lays units and some are another ``fully_shard`` root's, whose compute no layer holds
+    (``FsdpGraphUnit.untimed_root``; their names may repeat the profiled model's): not modelled."""
+    units = g.meta.fsdp.units if is_fsdp_graph(g) else []
+    if any(u.root for u in units):
+        raise DagprofError(f"{what}: this job has {len({u.root for u in units})} fully_shard roots (a GAN's two models, a "
+                           "teacher beside a student): re-laying units is modelled for one root; modelled: --bandwidth, --latency, "
+                           "--compute-speed, --workers, --reduce-dtype")
+    foreign = [u for u in units if u.untimed_root]
+    if foreign:
+        raise DagprofError(f"{what}: {len(foreign)} FSDP units belong to a fully_shard root besides the profiled model "
+                           f"({', '.join(sorted({u.untimed_root for u in foreign}))}) whose layers were not timed: re-laying units "
+                           "is not modelled for it; modelled: --bandwidth, --latency, --compute-speed, --workers, --reduce-dtype")
 
 
 def refuse_post_forward(g: Graph, what: str, units: list[str] | None = None) -> None:

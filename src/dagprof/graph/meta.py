@@ -73,6 +73,8 @@ class FsdpGraphUnit:
     frozen_tensors: int = 0  # of tensors, those that take no gradient
     reshard_to: int = 0  # FsdpUnit.reshard_to: the N of reshard_after_forward=N (the post-forward shard group), 0: none
     offload: bool = False  # FsdpUnit.offload: CPUOffloadPolicy
+    untimed_root: str = ""  # FsdpUnit.untimed_root (``traces.fsdp_run.untimed_roots``): another root's unit, its compute in no layer
+    root: int = 0  # FsdpUnit.root: k > 0, a unit of another fully_shard root timed beside the first
 
     @property
     def grad_numel(self) -> int:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward
+from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward, refuse_untimed_roots
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
@@ -105,6 +105,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     """What if every unit's ``reshard_after_forward`` were ``on``, passed explicitly (the root's too: on gathers it again
     at backward's start where it was kept), or, given a mapping, each unit it names
     (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
+    refuse_untimed_roots(g, "--reshard-after-forward")
     units = {u.name: u for u in g.meta.fsdp.units}
     if g.meta.fsdp.api == FSDP1_API:  # FSDP1 never frees its root after forward (``_post_forward_reshard``), FULL_SHARD or not
         on = {n: False if n == FSDP_ROOT else (on if isinstance(on, bool) else on.get(n, units[n].resharded_after_forward))

@@ -28,7 +28,7 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward
+from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward, refuse_untimed_roots
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
@@ -55,6 +55,7 @@ def unit_groups(g: Graph, spec: str) -> list[list[str]]:
     """The profiled units in groups (each in forward order; singletons stay), in the order of ``meta.fsdp.units``."""
     if not is_fsdp_graph(g):
         raise DagprofError("--units is an FSDP what-if; this profile is not an FSDP job")
+    refuse_untimed_roots(g, f"--units {spec}")
     names = [u.name for u in g.meta.fsdp.units]
     inner = [n for n in names if n != FSDP_ROOT]
     m = _MERGE.fullmatch(spec)

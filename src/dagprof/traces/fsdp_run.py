@@ -33,7 +33,7 @@ from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .parallelism import in_op_groups
 from .run_comm import device_ops, exchange_starts, functional_waits, in_op_sizes, own_call_bytes
-from .run_schema import FSDP1_API, FSDP2_API, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
+from .run_schema import FSDP1_API, FSDP2_API, FSDP_ROOT, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
@@ -80,6 +80,8 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
         warnings.append(_outside_text([x[1] for x in outside], records, steps, info.api, len(sized)))
         labelled = in_op_groups(kt, hooked, [(x[0], (x[3] - x[1]) / 1e3, b) for x, b in zip(outside, nbytes)])
     _say_job_steps(info, calls, steps, warnings)
+    if (untimed := untimed_roots_text(info.units)):
+        warnings.append(untimed)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}
@@ -192,6 +194,27 @@ def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: lis
             warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
                             f"{what}: joined across ranks and priced by the link as {priced}, they and the host time around them count "
                             f"in the window's mean iteration and every what-if as {len(hit)} step(s) in {len(steps)}; {apart}")
+
+
+def untimed_roots(units: list) -> list[str]:
+    """Per unit, the class of its ``fully_shard`` root where the collector did not attach that root (``FsdpUnit.untimed_root``;
+    in a file from before that field, a unit named as an earlier one is another root's: "a root's class not recorded"), else ""."""
+    if any(u.untimed_root for u in units):
+        return [u.untimed_root for u in units]
+    names = [u.name for u in units]
+    return ["a root's class not recorded" if u.name in names[:k] else "" for k, u in enumerate(units)]
+
+
+def untimed_roots_text(units: list) -> str:
+    """One line on the units of roots the collector did not attach ("" if none): their compute is in no layer."""
+    roots = untimed_roots(units)
+    foreign = [u for u, r in zip(units, roots) if r]
+    if not foreign:
+        return ""
+    return (f"{len(foreign)} FSDP units of {max(1, sum(u.name == FSDP_ROOT for u in foreign))} fully_shard root(s) besides the "
+            f"profiled model ({', '.join(sorted(set(filter(None, roots))))}) ran untimed: their all-gathers and reduce-scatters are "
+            "kept, but their forward and backward compute shows as 'forward between timed layers' and 'other', and what-ifs that "
+            "re-lay units refuse (dagprof.profile(model=...) times that model alone; `dagprof profile -- torchrun ...` every root)")
 
 
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:

@@ -179,6 +179,13 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
     strategy: str = ""  # ShardingStrategy: FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | HYBRID_SHARD_ZERO2
     backward_prefetch: str = ""  # BackwardPrefetch: BACKWARD_PRE | BACKWARD_POST ("": none)
     forward_prefetch: bool = False
+    # the class of the ``fully_shard`` root a unit belongs to when that root is not the profiled model (a second root, a DINO
+    # student beside the teacher dagprof attached to first): its collectives are recorded, its layers are not timed (``layers``
+    # empty), so its compute is host time between timed layers. "": the profiled model's unit (or an older file)
+    untimed_root: str = ""
+    # which attached root the unit belongs to (``collect.hooks.collector.root_of``): 0 the first, k > 0 another ``fully_shard``
+    # root timed beside it (its unit names prefixed as its layers are, its root unit named by that prefix)
+    root: Count = 0
 
 
 class FsdpCollective(msgspec.Struct, kw_only=True):

@@ -167,7 +167,9 @@ class Collector:
             roots = [r for r in ([d.module for d in ddps] if ddps else [model]) if not any(r is x for x in self._roots)]
             for root in roots:
                 self._add_root(root)
-            if self._fsdp is None and (units := fsdp_modules(model)):
+            if isinstance(self._fsdp, FsdpRecorder) and (units := fsdp_modules(model)):
+                self._fsdp.modules += units  # another fully_shard root (a GAN's discriminator)
+            elif self._fsdp is None and (units := fsdp_modules(model)):
                 self._fsdp = FsdpRecorder(self, units)
             elif self._fsdp is None and (named := fsdp1_modules(model)):
                 self._fsdp = Fsdp1Recorder(self, named)
@@ -188,11 +190,19 @@ class Collector:
         except Exception as err:  # noqa: BLE001
             self._fail(err, "attach")
 
+    def root_of(self, module: Any) -> int | None:
+        """The index of the attached root that holds ``module`` (None: no attached model does)."""
+        return next((k for k, r in enumerate(self._roots) if any(module is m for m in r.modules())), None)
+
+    def root_prefix(self, k: int) -> str:
+        """What the names of root ``k``'s layers begin with: a second model's paths get a prefix to stay distinct."""
+        return f"{type(self._roots[k]).__name__}{k}." if k else ""
+
     def _add_root(self, root: Any) -> None:
-        """Leaves are named by module path; a second model's paths get a prefix to stay distinct. A module that computes
-        with its children's parameters without calling them (``_whole_layer``) is one layer, its children none."""
-        prefix = f"{type(root).__name__}{len(self._roots)}." if self._roots else ""
+        """Leaves are named by module path (``root_prefix``). A module that computes with its children's parameters
+        without calling them (``_whole_layer``) is one layer, its children none."""
         self._roots.append(root)
+        prefix = self.root_prefix(len(self._roots) - 1)
         whole = [path for path, mod in root.named_modules() if _whole_layer(mod)]
         self._whole += [prefix + clean_name(w) for w in whole]
         for path, mod in root.named_modules():

@@ -383,11 +383,26 @@ class FsdpRecorder:
         self._group_ranks.clear()
         self.modules = []
 
+    def _untimed_roots(self, root: dict[int, int | None]) -> dict[int, str]:
+        """id(group) -> the class of its ``fully_shard`` root, for each unit outside the models the collector attached
+        (``root``: id(group) -> its attached root's index; FSDP's class-level hooks see every root's units, the leaf hooks
+        only the attached models')."""
+        foreign = [g for g in self.groups if root[id(g)] is None]
+        roots = [g.modules[0] for g in foreign if not g._module_fqn]
+        def root_of(g: Any) -> Any:
+            return next((r for r in roots if any(m is g.modules[0] for m in r.modules())), g.modules[0])
+        return {id(g): type(root_of(g)).__name__.removeprefix("FSDP") for g in foreign}  # fully_shard's class: FSDP<class>
+
     def info(self, layers: list[str]) -> FsdpInfo:
         units = []
+        root = {id(g): self.c.root_of(g.modules[0]) for g in self.groups}
+        untimed = self._untimed_roots(root)
+        # a unit's module path as the layers name it: another attached root's prefixed, its root unit the prefix itself
+        path = {id(g): (self.c.root_prefix(k) + g._module_fqn).rstrip(".") if k else g._module_fqn for g in self.groups
+                if (k := root[id(g)]) is not None}
         for g in self.groups:
-            fqn = g._module_fqn or FSDP_ROOT
-            own = own_layers(g._module_fqn, [g2._module_fqn for g2 in self.groups if g2 is not g], layers)
+            fqn = path.get(id(g), g._module_fqn) or FSDP_ROOT
+            own = [] if id(g) in untimed else own_layers(path[id(g)], [p for i, p in path.items() if i != id(g)], layers)
             fps = g.fsdp_params
             mesh = g.mesh_info.mesh
             dtype = g._orig_dtype or (fps[0].orig_dtype if fps else None)  # FSDP gives a unit of frozen parameters none: theirs
@@ -402,7 +417,8 @@ class FsdpRecorder:
                 reshard_to=post.shard_mesh_size if (post := g.post_forward_mesh_info) is not None and g._use_post_forward_mesh else 0,
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
                 frozen_numel=sum(fp._orig_size.numel() for fp in fps if not fp.sharded_param.requires_grad),
-                frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps),
+                frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps), untimed_root=untimed.get(id(g), ""),
+                root=root[id(g)] or 0,
             ))
         return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
                        layer_output_bytes=dict(self.c.saved.most_output), layer_input_bytes=dict(self.c.saved.most_input),
@@ -447,39 +463,68 @@ def _dtype(d: Any) -> str:
 
 
 def install_launcher(collector: Any, after_import: Any) -> None:
-    """Zero-code mode: the root FSDP module's first forward attaches the collector and starts step 0."""
+    """Zero-code mode: the root FSDP module's first forward attaches the collector and starts step 0; every other
+    ``fully_shard`` root (a GAN's discriminator, a DINO student beside its teacher) is attached too, at once or at its first
+    forward, so each root's layers are timed."""
 
     def attach(root: Any) -> None:
         collector.attach(root)
         collector.start()
 
-    on_root_forward(after_import, attach)
+    on_root_forward(after_import, attach, collector.attach)
 
 
-def on_root_forward(after_import: Any, fn: Any) -> None:
-    """Call ``fn(root)`` at the first forward of a ``fully_shard``-ed module (the outermost: the root), once:
-    the first ``fully_shard`` call arms a global forward pre-hook, removed when it fires."""
+def on_root_forward(after_import: Any, fn: Any, later: Any = None) -> None:
+    """Call ``fn(root)`` at the first forward of a ``fully_shard``-ed module (the outermost: the root), once: the first
+    ``fully_shard`` call arms a global forward pre-hook, removed when it fires. With ``later``, call ``later(root)`` for each
+    other root: those sharded by then at once, one sharded afterwards at its first forward (a hook on that module only)."""
 
     def armed(fully_shard: Any) -> Any:
         @wraps(fully_shard)
         def run(*args: Any, **kwargs: Any) -> Any:
             out = fully_shard(*args, **kwargs)
+            module = args[0] if args else kwargs.get("module")
             if not state:
                 from torch.compiler import disable
                 from torch.nn.modules.module import register_module_forward_pre_hook
 
                 # eager: under ``model.compile()`` Dynamo would trace the collector's attach, breaking at each call it cannot
                 state.append(register_module_forward_pre_hook(disable(first_forward)))
+            if later is not None and hasattr(module, "register_forward_pre_hook"):  # not fully_shard([a, b]): inner units
+                if attached:
+                    from torch.compiler import disable
+
+                    hooks[id(module)] = module.register_forward_pre_hook(disable(lambda m, inputs: another(m)))
+                else:
+                    sharded.append(module)
             return out
         return run
 
     state: list[Any] = []
+    attached: list[Any] = []  # the roots called back, once the first forward ran
+    sharded: list[Any] = []  # modules fully_shard-ed before that
+    hooks: dict[int, Any] = {}
+
+    def inside(module: Any) -> bool:
+        return any(module is m for r in attached for m in r.modules())
+
+    def another(module: Any) -> None:
+        hook = hooks.pop(id(module), None)
+        if hook is not None:
+            hook.remove()
+        if not inside(module):
+            attached.append(module)
+            later(module)
 
     def first_forward(module: Any, inputs: Any) -> None:
         if fsdp_modules(module) and state[0] is not None:
             state[0].remove()
             state[0] = None
+            attached.append(module)
             fn(module)
+            for m in sharded:  # each root's outermost module is sharded last, after its inner units
+                if not inside(m) and not any(m is x for s in sharded if s is not m for x in s.modules()):
+                    another(m)
 
     def patch(module: Any) -> None:
         if hasattr(module, "fully_shard"):
