@@ -762,11 +762,23 @@ GROUPS = ("forward layers", "forward other", "loss", "backward layers", "backwar
           "fsdp copy-out/reshard", "fsdp hooks", "ddp enqueue/copy", "wait gaps", "idle")  # where a main lane's step goes (categories7)
 
 
+def lane_idle(g, res, r: int) -> list[tuple[int, float]]:
+    """Rank ``r``'s main lane in the replay ``res`` of ``g``, in start order: each node with the time (us) the lane sat
+    idle before it (a wait's collective) after everything before it ended, beyond the node's own gap. Measured from the
+    furthest end so far: a conversion's zero-length clip nodes tie with the optimizer's start, and measured from the node
+    before in start order the optimizer's time counted twice, as idle too."""
+    lane = [int(v) for v in range(len(g)) if g.rank[v] == r and g.device[v] == g.meta.main_device[r]]
+    lane.sort(key=lambda v: res.start[v])
+    out, reach = [], None
+    for v in lane:
+        out.append((v, max(0.0, float(res.start[v] - g.gap[v] - reach)) if reach is not None else 0.0))
+        reach = float(res.end[v]) if reach is None else max(reach, float(res.end[v]))
+    return out
+
+
 def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
     """Each rank's main lane in the replayed ``g``, per step, as ``GROUPS`` (ms, averaged over ``ranks``, default every
-    rank): durations by node kind and name, the waits' measured gaps, and the time the lane sat idle before a node (a
-    wait's collective) after everything before it ended (a conversion's zero-length clip nodes tie with the optimizer's start:
-    measured from the node before in start order, the optimizer's time counted twice, as idle too)."""
+    rank): durations by node kind and name, the waits' measured gaps, and the time the lane sat idle (``lane_idle``)."""
     from dagprof.replay import replay
     from dagprof.traces.events import Kind
 
@@ -774,10 +786,7 @@ def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
     out = dict.fromkeys(GROUPS, 0.0)
     ranks = ranks if ranks is not None else sorted({int(r) for r in g.rank if r >= 0})
     for r in ranks:
-        lane = [int(v) for v in range(len(g)) if g.rank[v] == r and g.device[v] == g.meta.main_device[r]]
-        lane.sort(key=lambda v: res.start[v])
-        reach = None  # the furthest end so far: a zero-length node tied at a node's start must not reopen the lane
-        for v in lane:
+        for v, idle in lane_idle(g, res, r):
             kind, name = Kind(int(g.kind[v])), g.node_name(v).partition(".")[2]
             phase = "backward" if "backward" in name or "post-backward" in name else "forward"
             group = {Kind.FORWARD: "forward layers", Kind.BACKWARD: "backward layers", Kind.UPDATE: "optimizer"}.get(kind)
@@ -790,8 +799,7 @@ def lane_groups(g, ranks: list[int] | None = None) -> dict[str, float]:
             if group is not None:
                 out[group] += float(g.dur[v])
             out["wait gaps"] += float(g.gap[v]) if kind in (Kind.COMM_WAIT, Kind.STEP) else 0.0
-            out["idle"] += max(0.0, float(res.start[v] - g.gap[v] - reach)) if reach is not None else 0.0
-            reach = float(res.end[v]) if reach is None else max(reach, float(res.end[v]))
+            out["idle"] += idle
     return {k: v / 1e3 / len(ranks) / len(g.meta.steps) for k, v in out.items()}
 
 

@@ -1,6 +1,6 @@
 """``bench/fsdp_fresh/convert_categories.py`` on a vendored LoRA pair (``tests/data/lora``): the conversion it splits is
-``whatif --data-parallel fsdp --raw``'s (the same step), its optimizer the DDP profile's times DTensor's ratio, and its busy
-time split without remainder (no timing)."""
+``whatif --data-parallel fsdp --raw``'s (the same step), its optimizer the DDP profile's times DTensor's ratio, its busy
+time split without remainder, and the time blocked on each kind of collective part of the idle and wake-ups (no timing)."""
 from __future__ import annotations
 
 import json
@@ -35,4 +35,5 @@ def test_the_converted_lora_pair_split_as_whatif_converts_it():
     for r in (conv, job):
         assert r["busy"] == pytest.approx(r["layers"] + r["fsdp host"] + r["other host"])
         assert r["all-gather"] > 0 and r["reduce-scatter"] > 0
+        assert 0 < r["AG blocked"] + r["RS blocked"] <= r["idle"] + r["wake-ups"] + 1e-9  # where the lanes' idle and wake-ups go
     assert conv["fsdp host"] > 0 and plain["fsdp host"] == 0  # FSDP2's hooks and copy-outs: none in a DDP profile

@@ -4,8 +4,10 @@ profile against the conversion of the DDP profile as ``whatif --raw`` converts i
 the FSDP profile it is held against; without ``--raw`` whatif takes it out of both, so its point is lower where a
 window ran slower than the steps around it), split as ``workers_categories.row`` splits it (busy: layers, FSDP2's
 host work; the optimizer; the waits' gaps; idle; each collective kind's time) and the host work by group (layers, copy-out
-and reshard, FSDP2's hooks, the lanes' other host work), then the median of each category's difference over the pairs.
-No timing: run it anywhere.
+and reshard, FSDP2's hooks, the lanes' other host work: a job's own hooks are no named span of its profile, so they lie
+in its "other host", and the two compare together), then the median of each category's difference over the pairs. The
+blocking collectives by kind too (``blocked``): what each rank's lane spends on them, the idle before their waits and the
+waits' gaps (wake-ups), which "idle" and "wake-ups" hold among the rest. No timing: run it anywhere.
 
     PYTHONPATH=src python bench/fsdp_fresh/convert_categories.py PAIR ... [--json]   (from the repository root)
 """
@@ -21,23 +23,41 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_fsdp import lane_groups  # noqa: E402
+from bench_fsdp import lane_groups, lane_idle  # noqa: E402
 from judge_pairs import pairs_of  # noqa: E402
 from workers_categories import row, step_ms  # noqa: E402
 
 from dagprof.pipeline import open_run  # noqa: E402
+from dagprof.replay import replay  # noqa: E402
 from dagprof.search import scenario  # noqa: E402
+from dagprof.traces.events import Kind  # noqa: E402
 
-COLS = ("step", "busy", "layers", "fsdp host", "other host", "optimizer", "wake-ups", "idle", "all-gather", "reduce-scatter")
+KINDS = {"all_gather": "AG blocked", "reduce_scatter": "RS blocked"}  # by the waits' names, "rankR.wait <kind> <unit>"
+COLS = ("step", "busy", "layers", "fsdp host", "other host", "optimizer", "wake-ups", "idle", "all-gather", "reduce-scatter",
+        *KINDS.values())
+
+
+def blocked(g) -> dict[str, float]:
+    """Per kind of FSDP collective, the ms a step each rank's main lane spends blocked on its waits (the idle before them
+    and their gaps), averaged over ranks: where the lane's idle and wake-ups go."""
+    res, out = replay(g), dict.fromkeys(KINDS, 0.0)
+    ranks = sorted({int(r) for r in g.rank if r >= 0})
+    for r in ranks:
+        for v, idle in lane_idle(g, res, r):
+            kind = g.node_name(v).partition(".")[2].split(" ")[1:2]
+            if g.kind[v] == Kind.COMM_WAIT and kind and kind[0] in out:
+                out[kind[0]] += idle + float(g.gap[v])
+    return {KINDS[k]: v / 1e3 / len(ranks) / max(len(g.meta.steps), 1) for k, v in out.items()}
 
 
 def categories(g) -> dict[str, float]:
-    """``workers_categories.row`` of ``g`` with the busy time split: layers, FSDP2's host work (copy-out, reshard, hooks), the rest."""
+    """``workers_categories.row`` of ``g`` with the busy time split: layers, FSDP2's host work (copy-out, reshard, hooks), the
+    rest; and ``blocked``."""
     lanes = lane_groups(g)
     layers = lanes["forward layers"] + lanes["backward layers"]
     fsdp = lanes["fsdp copy-out/reshard"] + lanes["fsdp hooks"]
     r = row(g)
-    return {"step": step_ms(g), **r, "layers": layers, "fsdp host": fsdp, "other host": r["busy"] - layers - fsdp}
+    return {"step": step_ms(g), **r, "layers": layers, "fsdp host": fsdp, "other host": r["busy"] - layers - fsdp, **blocked(g)}
 
 
 def converted(ddp: str):
