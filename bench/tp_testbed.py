@@ -20,8 +20,9 @@ Each round also runs ``dagprof calibrate --overlap`` on each link with the job's
 kept before 2026-12-06 21:00 have none): ``--calibrated`` predicts a shaped profile's other link by the two files
 (``whatif --link-from P --link-to L``: each collective's kind and size as the two links' sweeps measured, so no fit made
 inside tbf's burst, and the compute slowdown beside collectives each link's file measured, ``search.scenario.beside``).
-A what-if the calibrations refuse (the loopback's: its 4 ranks' sweep on 2 cores is no link the profile's collectives
-ran on) is predicted by the rate, as the user would go on, and says so.
+Each sweep is read as its wire (``LinkModelFile.wire``: on 4 ranks over 2 cores its 4-64 KiB sizes read 2-9 ms on every link,
+ranks waiting for a core). A what-if the calibrations still refuse (the Mixer's loopback: even that fit prices its
+collectives 5-6x its profile's own) is predicted by the rate, as the user would go on, and says so.
 
 Goal (issue 16): median |error| <= 3 %, each <= 8 % over the what-if cells (a profile's link other than the cell's).
 

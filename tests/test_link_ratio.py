@@ -157,3 +157,25 @@ def test_the_calibrated_difference_is_added_to_each_transfer():
         assert slow.meta.topology.delta_at(kind, MiB, 4) == pytest.approx(1.5 * slow.meta.topology.delta_at(kind, MiB, 2))
     measured = open_run(SLOW).analysis.measured_us
     assert abs(job_iteration_us(slow) - measured) < 0.015 * measured
+
+
+MIXER_1G = [[4096, 8653.0], [16384, 9290.0], [65536, 8840.0], [262144, 5060.0], [1048576, 13690.0], [4194304, 53160.0]]
+"""The Mixer's 1 Gbit/s sweep on the testbed's 4 ranks over 2 cores (bench/tp_testbed.py, 2026-12-06 round 0), medians, us."""
+
+
+def test_a_sweeps_sizes_that_do_not_grow_with_bytes_are_priced_by_the_wire_fit(tmp_path):
+    """4-64 KiB read 8.7-9.3 ms, above 256 KiB's 5.1 (ranks waiting for a core): priced by the fit of 256 KiB-4 MiB, which
+    the ``--link-from`` check and the ratio read; a sweep that grows throughout, or a file with none, is read as written."""
+    doc = {"alpha_us": 815.0, "beta_us_per_byte": 0.0125, "workers": 4, "version": 4, "points": MIXER_1G,
+           "kinds": {"all_gather": {"alpha_us": 815.0, "beta_us_per_byte": 0.0125, "points": MIXER_1G}}}
+    (tmp_path / "mixer.json").write_text(json.dumps(doc))
+    wire = read_link_model(tmp_path / "mixer.json").wire()
+    small = [t for _, t in wire.sweeps["points"][:3]]
+    assert all(t < 5060.0 for t in small) and small == sorted(small) and wire.sweeps["points"][3:] == MIXER_1G[3:]
+    assert wire.sweeps["kinds"]["all_gather"]["points"] == wire.sweeps["points"] and wire.link.alpha_us < 815.0 / 2
+    growing = [[b, 100.0 + b / 1e3] for b, _ in MIXER_1G]
+    (tmp_path / "grows.json").write_text(json.dumps(doc | {"points": growing, "kinds": {}}))
+    assert read_link_model(tmp_path / "grows.json").wire().sweeps["points"] == growing
+    (tmp_path / "fit.json").write_text(json.dumps({"alpha_us": 5.0, "beta_us_per_byte": 0.001, "workers": 4}))  # no sweep in it
+    fit = read_link_model(tmp_path / "fit.json")
+    assert fit.wire() == fit

@@ -34,7 +34,7 @@ from ..fsutil import atomic_open, read_input
 from ..traces import formats
 from ..traces.events import CommKind
 from ..units import MB
-from .alphabeta import AlphaBeta, parse_bandwidth, ring_allreduce_us
+from .alphabeta import AlphaBeta, fit_alpha_beta, parse_bandwidth, ring_allreduce_us
 from .fsdp_costs import FsdpCosts
 from .presets import preset
 
@@ -358,6 +358,20 @@ class LinkModelFile:
                 raise DagprofError(f"not a live dagprof calibrate file: points must be [bytes, us] pairs ({err})", f.path) from None
         return {k: (sweeps[0][k], sweeps[1][k]) for k in sorted(set(sweeps[0]) & set(sweeps[1]))}
 
+    def wire(self) -> LinkModelFile:
+        """This live sweep as its wire: in each sweep, the sizes below those from which time grows with bytes priced by a ring
+        fit of the sizes that grow (``wire_sweep``), and the file's link that fit of its all-reduce sweep. What a
+        ``--link-from``/``--link-to`` pair is read as: on the testbed's 4 ranks over 2 cores every link's sweep read 2.2-8.7 ms
+        at 4-64 KiB, loopback's too, rising and falling with bytes (ranks waiting for a core), and the whole sweep's fit
+        priced the Mixer's 0.17 MB collectives at 1 Gbit/s at 3.05-3.17 ms against its profile's own 0.70-0.81 (the growing
+        sizes' fit: 1.97-2.10). The file as read where a sweep is not [bytes, us] pairs (``_paired`` refuses it)."""
+        try:
+            points, link = wire_sweep(self.sweeps["points"], self.workers or 2)
+            kinds = {k: v | {"points": wire_sweep(v["points"], self.workers or 2)[0]} for k, v in self.sweeps["kinds"].items()}
+        except (KeyError, TypeError, ValueError):
+            return self
+        return replace(self, link=link or self.link, sweeps=self.sweeps | {"points": points, "kinds": kinds})
+
     def ratio_to(self, target: LinkModelFile) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
         """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, this one measured on the link a run was profiled
         on and ``target`` on the target link, with the same ranks: per kind (the all-reduce from the main sweep, FSDP's from
@@ -374,6 +388,19 @@ class LinkModelFile:
         if "all_reduce" not in dict(out):
             raise DagprofError("the two calibrations swept no size in common", target.path)
         return tuple(out)
+
+
+def wire_sweep(points: list[list[float]], workers: int) -> tuple[list[list[float]], AlphaBeta | None]:
+    """``points`` ([bytes, us], by bytes) with each size below the last one whose time does not grow with bytes priced by a ring
+    fit of the sizes from there on, and that fit; as given (and None) where fewer than two sizes grow."""
+    b, t = np.array(points, dtype=float).reshape(-1, 2).T
+    i = len(b) - 1
+    while i > 0 and t[i - 1] < t[i]:
+        i -= 1
+    if len(b) - i < 2 or i == 0:
+        return points, None
+    fit = fit_alpha_beta(b[i:], t[i:], workers)
+    return [[m, float(ring_allreduce_us(m, workers, fit)) if k < i else y] for k, (m, y) in enumerate(points)], fit
 
 
 def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:

@@ -158,7 +158,7 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
             raise DagprofError("--link-to needs --link-from: a dagprof calibrate file of the link the run was profiled on, measured alike")
         if is_ps_graph(g):
             raise DagprofError("--link-to on a parameter-server job is not modelled (its messages are priced on the link's fit)")
-        source, target = read_link_model(c.link_from), read_link_model(s.link_to)
+        source, target = read_link_model(c.link_from).wire(), read_link_model(s.link_to).wire()
         _check_profiled_on(g, source, base_topo)
         return set_link_ratio(g, source.ratio_to(target), source.delta_to(target), source.workers or 0)
     if s.bandwidth is None and s.latency_us is None:
