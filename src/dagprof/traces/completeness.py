@@ -144,7 +144,8 @@ def leave_out_empty_last(run: Run, steps: list[int]) -> tuple[list[int], list[st
 def refuse_cut_steps(run: Run, steps: list[int]) -> list[str]:
     """One line instead of an answer that counts a step the trace's end cut inside (``RankMeta.cut_step``) as a whole one:
     half a step read as a shorter one (a one-step trace cut half-way answered 47.8 ms for a 95.7 ms step; a public MI250
-    trace's empty last step, 49 us, made 9.3 ms steps an iteration of 4.69). A step whose loop ops are only the first ones
+    trace's empty last step, 49 us, made 9.3 ms steps an iteration of 4.69; a default window leaves such a step out,
+    ``leave_out_empty_last``). A step whose loop ops are only the first ones
     of the steps before it is said, not refused: a gradient-accumulation step under ``no_sync`` after a synchronising one
     is such a start too (``tests/data/cut-steps``); the lines returned say it, with the window that leaves it out."""
     said = []

@@ -93,8 +93,9 @@ def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.n
     after the loop's last step opened it, ``stop()`` closed it: a public MI250 trace's 49 us after 9.3 ms, its device
     work of the step before ending 0.2 ms later, answered 4.69 ms an iteration). No other whole trace in tests/data and
     ../shared/data holds either tell, but a ``no_sync`` step after a synchronising one is such a start too, so the
-    graph builder says that tell and refuses the others (``completeness.refuse_cut_steps``). Rows: the rank's events, the step markers' mask and
-    their step numbers."""
+    graph builder says that tell, leaves an empty last step out of a default window (``completeness.leave_out_empty_last``)
+    and refuses the rest (``completeness.refuse_cut_steps``). Rows: the rank's events, the step markers' mask and their
+    step numbers."""
     marks = np.flatnonzero(is_step)
     if not len(marks):
         return None
