@@ -94,3 +94,12 @@ def test_ranks_not_pinned_alone_get_no_note_nor_removal_though_their_waits_are_c
     g = _unpinned(LOADED)
     assert not pinned_alone(g.meta) and foreign_cpu(g.meta) is not None and foreign_cpu_note(g.meta) is None
     assert remove_foreign_load(g, None, lambda x: 1.0) is None
+
+
+def test_load_factors_leave_a_rank_whose_recorded_wait_fills_its_step_as_profiled():
+    """A rank at 50 % is brought to its core's pace (x0.5), one under NOTE_SHARE is quiet, and one whose median wait is its
+    whole median step or more (odd records) is left as profiled rather than scaled to zero or below."""
+    from dagprof.analysis.foreign_cpu import ForeignCpu, load_factors
+
+    f = ForeignCpu({0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0}, {0: 50.0, 1: 5.0, 2: 100.0, 3: 140.0})
+    assert load_factors(f) == {0: 0.5}

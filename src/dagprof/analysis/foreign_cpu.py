@@ -124,6 +124,14 @@ class ForeignRemoval:
                 "text": self.describe()} | self.foreign.to_dict()
 
 
+def load_factors(f: ForeignCpu) -> dict[int, float]:
+    """Per rank that waited ``NOTE_SHARE`` of its median step or more beyond its own threads' CPU, the share of its core it
+    kept (1 less that wait over the step). A rank whose recorded wait is its whole step or more (the two medians taken apart
+    over odd records) kept no measurable share: left as profiled, where scaling by it would make its ops negative or zero."""
+    return {r: 1.0 - f.foreign_us[r] / f.step_us[r] for r in f.step_us
+            if f.step_us[r] > 0 and NOTE_SHARE * f.step_us[r] <= f.foreign_us[r] < f.step_us[r]}
+
+
 def remove_foreign_load(g: Graph, steps_graph: Graph | None, iteration_us: Callable[[Graph], float]) -> ForeignRemoval | None:
     """``g`` (and ``steps_graph``) with the host work of each rank pinned alone to a core that waited for it beyond its own
     threads' CPU by at least ``NOTE_SHARE`` of its median step scaled by the share of the core it kept (1 less that wait
@@ -133,7 +141,7 @@ def remove_foreign_load(g: Graph, steps_graph: Graph | None, iteration_us: Calla
     f = foreign_cpu(g.meta) if pinned_alone(g.meta) else None
     if f is None:
         return None
-    factors = {r: 1.0 - f.foreign_us[r] / f.step_us[r] for r in f.step_us if f.step_us[r] > 0 and f.foreign_us[r] >= NOTE_SHARE * f.step_us[r]}
+    factors = load_factors(f)
     if not factors:
         return None
     scaled = scale_loaded_ranks(g, factors)
