@@ -6,7 +6,7 @@ from dagprof.analysis import analyze
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_ps import DONE, rebuild_ps
 from dagprof.graph.dag import GraphBuilder
-from dagprof.passes.average_steps import average_steps, background_lanes, pool_delays, pooled_lanes
+from dagprof.passes.average_steps import average_steps, background_lanes, pool_delays, pooled_lanes, swinging_steps
 from dagprof.passes.fsdp import set_reduce_dtype, set_reshard
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
@@ -293,3 +293,15 @@ def test_a_pool_op_keeps_its_time_beyond_its_twins_median_in_its_step():
     mine[9] = False  # group 2: 4 members in mine, the 5th outside
     out = pool_delays(group, mine, time)
     assert out.tolist() == [0.0, 0.0, 3975.0, 5.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 48.0]
+
+
+def test_a_window_whose_steps_the_load_swung_is_said_with_a_count():
+    """``horovod/gine-swung``: a fresh Horovod GINE on variable-size graphs (bench/frameworks/hvd_gine_molecules.py) whose
+    window the shared machine's load swung from 108 to 805 ms a step (median 196): the averaged replay's mean is no one
+    step's, and it misses that mean (+18 %). A warning says so, with the count of steps 2x the median or more, or half of it
+    or less; a window of 5 steps that stay within that (``fsdp/hsdp-tf``) gets none."""
+    swung = open_run(DATA / "horovod" / "gine-swung", template=True).graph.meta.warnings
+    note = [w for w in swung if w.startswith("averaged replay: ")]
+    assert len(note) == 1 and note[0].startswith("averaged replay: 2 of rank 0's 10 steps took 2x its median step or more")
+    assert "108.4 to 804.8 ms, median 195.7" in note[0] and "not any one step" in note[0]
+    assert swinging_steps(open_run(DATA / "fsdp" / "hsdp-tf").graph) is None

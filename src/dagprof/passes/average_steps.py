@@ -96,6 +96,7 @@ from .run_kinds import Replayer
 
 _SUBGROUP_ROUNDS = 8  # replays at most to settle sub-group joins' waits (join_waits)
 _SETTLED_US = 1.0  # a change of wait below this ends them
+_SWING = 2.0  # a step this many times its rank's median step (or its inverse) is one the averaged replay does not stand for
 _POOLS = ("XLAEigen", "tf_Compute")  # in the names XPlane gives XLA's CPU intra-op and TF's inter-op threads (pooled_lanes)
 
 
@@ -171,9 +172,9 @@ def _averaged(g: Graph, replayer: Replayer | None) -> Graph:
     out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur), gap=np.where(keep, g.gap, gap),
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse]),
                                            ready_spread=g.ready_spread.where(keep)), background)  # one step's spread: not the mean's
-    note = _too_few_steps(g, entry)
-    if note:
-        out.meta.warnings.append(note)
+    for note in (_too_few_steps(g, entry), swinging_steps(g)):
+        if note:
+            out.meta.warnings.append(note)
     if replayer is None:
         return out
     wait = np.where(keep, 0.0, join_waits(g, out, inverse, ~keep, replayer)[inverse])
@@ -366,6 +367,39 @@ def _too_few_steps(g: Graph, entry: np.ndarray) -> str | None:
                      f"later rank entered the window, kept in the first step as waits for it, not averaged")
     return (f"averaged replay of 2 steps: {'; '.join(parts)}; one step cannot tell a one-off cost from step-to-step "
             f"variation: profile 5 steps or more (dagprof profile's default --steps 5:10)")
+
+
+def swinging_steps(g: Graph) -> str | None:
+    """The one-line warning for a window whose steps swing so far that its averaged replay is no one step's: where a rank
+    of 3 measured steps or more took some at least ``_SWING`` times its median step, or at most its inverse (the rank with
+    the most such steps named).
+
+    One averaged figure per op predicts the steps' mean (what ``measured`` is), and a step 2x the median is a share of
+    every op in it. Where the load stretched some steps (a Horovod GINE's window: 98 to 825 ms, median 196) or the batches'
+    sizes differ, the mean belongs to no step, and the ranks' turns at being late, averaged into every join, are priced
+    by means of waits that in the steps overlapped: its averaged replays missed by -4.1 to +18.2 % in 6 of 17 such
+    windows (docs/evidence.md, ``swing62``)."""
+    p = provenance(g)
+    if p is None or len(g.meta.steps) < 3:
+        return None
+    worst = None
+    for r in g.ranks():
+        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
+        times = np.diff(p.mstart[marks[np.argsort(g.step[marks])]])[:len(g.meta.steps)]  # start to start, as _step_spread
+        times = times[np.isfinite(times)]
+        if len(times) < 3 or np.median(times) <= 0:
+            continue
+        mid = float(np.median(times))
+        far = int(((times >= _SWING * mid) | (times <= mid / _SWING)).sum())
+        if far and (worst is None or far > worst[0]):
+            worst = (far, len(times), int(r), float(times.min()), float(times.max()), mid, float(times.mean()))
+    if worst is None:
+        return None
+    far, n, r, lo, hi, mid, mean = worst
+    return (f"averaged replay: {far} of rank {r}'s {n} steps took {_SWING:g}x its median step or more, or half of it or less "
+            f"({lo / 1e3:.1f} to {hi / 1e3:.1f} ms, median {mid / 1e3:.1f}, mean {mean / 1e3:.1f}): the averaged replay predicts "
+            f"the steps' mean, not any one step, and where the load swung them it can miss that mean by more than 3 %; "
+            f"profile a quieter window or compare per-step replays (dagprof replay without --template)")
 
 
 @dataclass(frozen=True)
