@@ -384,8 +384,7 @@ def swinging_steps(g: Graph) -> str | None:
         return None
     worst = None
     for r in g.ranks():
-        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
-        times = np.diff(p.mstart[marks[np.argsort(g.step[marks])]])[:len(g.meta.steps)]  # start to start, as _step_spread
+        times = _step_times(g, p.mstart, int(r))
         times = times[np.isfinite(times)]
         if len(times) < 3 or np.median(times) <= 0:
             continue
@@ -420,13 +419,19 @@ def _step_spread(g: Graph) -> _StepSpread | None:
         return None
     best = None
     for r in g.ranks():
-        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
-        times = np.diff(p.mstart[marks[np.argsort(g.step[marks])]])[:2]
+        times = _step_times(g, p.mstart, int(r))[:2]
         if len(times) == 2 and np.all(np.isfinite(times)) and times.sum() > 0:
             apart = float(abs(times[0] - times[1]) / times.mean())
             if best is None or apart > best.apart:
                 best = _StepSpread(apart, int(r), float(times[0]), float(times[1]))
     return best
+
+
+def _step_times(g: Graph, mstart: np.ndarray, rank: int) -> np.ndarray:
+    """``rank``'s window steps, start to start as ``traces.steps.iteration_us`` times them, from its step marks' measured
+    starts (``mstart``: the provenance's, each rank's own clock)."""
+    marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == rank))
+    return np.diff(mstart[marks[np.argsort(g.step[marks])]])[:len(g.meta.steps)]
 
 
 def carried_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
