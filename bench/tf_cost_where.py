@@ -4,7 +4,8 @@ gaps by one factor, keeps the collectives), before and after the correction, and
 op's gap, then its time) that would drop the model by the same share, beside the CPU the profiler added per event: a
 tracing cost is per event, a load stretches the long ops. ``rounds KEEP NAME RATE OTHER N``: a ``bench_frameworks.py
 --testbed --keep KEEP`` folder's rounds predicted both ways, ``--raw`` against the other rate's profiled median step and
-corrected against its unprofiled median (``predict_rate`` prices it raw only).
+corrected against its unprofiled median (``predict_rate`` prices it raw only); and each job of a round (all profiled) as
+its model, corrected at its own rate, against its own unprofiled median, with the profiler-cost line it said.
 
     PYTHONPATH=src python bench/tf_cost_where.py where RUN...
     PYTHONPATH=src python bench/tf_cost_where.py rounds KEEP tf_tft_forecast_fit 200e6 80e6 2
@@ -89,7 +90,20 @@ def where(run: str) -> None:
                   f"threads' waits for a core {statistics.median(waits[0]) / 1e3:.1f} ms a step in it, {statistics.median(waits[1]) / 1e3:.1f} outside")
 
 
+def own(run: str, rate: float) -> tuple[float | None, str]:
+    """A profiled job's model as the what-ifs start from it (corrected, the link fitted at the job's own ``rate``): its median
+    step against the job's own unprofiled median, % (None where it timed too few), and the profiler-cost line."""
+    p = open_run(run)
+    m = rate_models(p.graph, run, rate, rate)
+    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(rate, priced_world_size(p.graph), m.share))], m.settings,
+                   measured_us=p.analysis.measured_us, tolerance_pct=None)
+    ref = measured(run)["unprofiled_median_ms"]
+    point = res["scenarios"][0].interval.point_us / 1e3
+    return (None if ref is None else 100 * (point / ref - 1)), res["profiler_cost"]["text"]
+
+
 def rounds(keep: str, name: str, fast: float, slow: float, n: int) -> None:
+    """Each round's what-if, and every job of the round (each profiled: the reference jobs too) against its own unprofiled steps."""
     for k in range(n):
         prof, other = (os.path.join(keep, f"tb-{name}-{k}-{int(r / 1e6)}M") for r in (fast, slow))
         p = open_run(prof)
@@ -103,6 +117,10 @@ def rounds(keep: str, name: str, fast: float, slow: float, n: int) -> None:
             print(f"round {k + 1} {'raw      ' if raw else 'corrected'} predicted {pred:.2f} ms (90 %: {row.interval.lo_us / 1e3:.1f}-"
                   f"{row.interval.hi_us / 1e3:.1f}) against {ref:.2f} measured ({'profiled' if raw else 'unprofiled'} median): "
                   f"{100 * (pred / ref - 1):+.1f} %; against the other median {100 * (pred / alt - 1):+.1f} %")
+        for run, rate in ((prof, fast), (f"{prof}-before", fast), (other, slow), (f"{prof}-after", fast)):
+            if os.path.isdir(run):
+                err, line = own(run, rate)
+                print(f"  own {os.path.basename(run)}: model {'-' if err is None else f'{err:+.1f} %'} against its unprofiled median; {line}")
 
 
 def main(argv: list[str] | None = None) -> int:

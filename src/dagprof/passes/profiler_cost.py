@@ -73,6 +73,7 @@ class ProfilerCost:
     cpu_us: float | None = None  # the ranks' processes' CPU per profiled step beyond an unprofiled one's, together (None: not recorded)
     loaded: str | None = None  # the window ran slower than that CPU explains: the load's evidence (``split_by_cpu``)
     between_us: float | None = None  # the script's time between its timed steps, a window step's mean (``between_steps_us``)
+    tf: bool = False  # a TensorFlow run: its line names TF's profiler and the ms a step removed (``_describe``)
 
     @property
     def usable(self) -> bool:
@@ -88,13 +89,18 @@ class ProfilerCost:
 
     def _describe(self) -> str:
         if not self.usable:
-            return f"op times not corrected for the profiler's cost: {self.verdict}"
+            head = "TF profiler cost not removed" if self.tf else "op times not corrected for the profiler's cost"
+            return f"{head}: {self.verdict}"
         if self.loaded is not None:
             return (f"op times brought to the unprofiled steps' level: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} "
                     f"ms/step vs {self.unprofiled_us / 1e3:.1f} ms unprofiled), of which the profiler's CPU explains only "
                     f"{-100 * self.cpu_us / self.profiled_us:+.1f} %: {self.loaded}")
-        return (f"op times corrected for the profiler's cost: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} ms/step "
-                f"vs {self.unprofiled_us / 1e3:.1f} ms unprofiled, {self.profiled_steps} and {self.unprofiled_steps} steps)")
+        seen = (f"profiled {self.profiled_us / 1e3:.1f} ms/step vs {self.unprofiled_us / 1e3:.1f} ms unprofiled, {self.profiled_steps} "
+                f"and {self.unprofiled_steps} steps")
+        if self.tf:
+            return (f"TF profiler cost removed: {(self.profiled_us - self.unprofiled_us) / 1e3:.1f} ms a step, op times "
+                    f"{-100 * self.share:+.1f} % ({seen})")
+        return f"op times corrected for the profiler's cost: {-100 * self.share:+.1f} % ({seen})"
 
     def to_dict(self) -> dict:
         return {"profiled_step_ms": None if self.profiled_us is None else self.profiled_us / 1e3,
@@ -147,7 +153,7 @@ def between_steps_us(g: Graph) -> float | None:
 def measure_profiler_cost(g: Graph) -> ProfilerCost:
     """The profiled steps the graph holds against the job's unprofiled steps (``GraphMeta.loop_steps``), and the script's
     time between the steps timed (``between_steps_us``), which the model holds and they do not."""
-    cost = _measure(g)
+    cost = replace(_measure(g), tf=g.meta.framework == "tensorflow")
     return cost if cost.profiled_us is None else replace(cost, between_us=between_steps_us(g))
 
 
