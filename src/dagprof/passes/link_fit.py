@@ -100,7 +100,6 @@ class LinkFit:
     # a JAX job's all-gathers' own line where no other kind shows a slope of its own (``gathers_own_line``); None: their kind's
     # time per byte, as measured, on the one fit's overhead (``profiled_kinds``)
     gathers: AlphaBeta | None = None
-    service: bool = False  # fitted to a queue's service times, each instance's time beside the line its own (``queued_fit``)
 
     def describe(self) -> str:
         r2 = "" if self.r2 is None else f", R^2 {self.r2:.2f}"
@@ -165,8 +164,6 @@ def link_fit(g: Graph) -> LinkFit:
     (``keep_stalls``; Horovod's on their transfers, ``passes.comm._horovod_stalls``)."""
     if (apart := gathers_apart(g)) is not None:  # the all-gathers on a link of their own (``profiled_kinds``)
         return apart
-    if service_fitted(g):
-        return queued_fit(g)
     concurrent = g.meta.comm_lanes > 1
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     n = priced_world_size(g)
@@ -176,43 +173,6 @@ def link_fit(g: Graph) -> LinkFit:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
     return gathers_own_line(g, fit) or fit
-
-
-
-def service_fitted(g: Graph) -> bool:
-    """Whether ``g``'s link is fitted to its collectives' service times (``queued_fit``): a script's own async collectives
-    queued on their group (``queued_own``) that overlap on gloo's two threads (``GraphMeta.comm_lanes``), of sizes apart,
-    profiled on a wire not known (``GraphMeta.wire_bytes_per_s``: where it is, ``split_at_wire`` takes the wire's time
-    per byte out of their total's fit)."""
-    if g.meta.comm_lanes < 2 or g.meta.wire_bytes_per_s is not None or is_ps_graph(g):
-        return False
-    comm = priced_comm(g)
-    return bool((queued_own(g) & comm).any()) and _sizes_apart(g.nbytes[comm & (g.nbytes > 0)])
-
-
-def queued_fit(g: Graph) -> LinkFit:
-    """The link through the service times of a graph's queued collectives (``service_fitted``): each node's time is its
-    first completion less the later of its ranks' ready point and its group's previous completion (``graph
-    .shared_collectives``), gloo's queue served in issue order, 0 where gloo's second thread completed it before the one
-    ahead. Their least-squares line (its slope at least 0) keeps their total; each instance's time beside it stays its own
-    at every rate (``passes.comm.instance_residuals``), so the profiled run replays as measured.
-
-    Their total over their bytes read every microsecond as bandwidth: the DP x TP ViT's 40 per-parameter all-reduces a
-    step (40 B-128 KB, ``bench/tp_fresh/vit_tp_manual_dp.py``) took 0.2-0.4 ms each at every size on loopback (medians),
-    34 ms a step, a 205 Mbit/s link, and a 1 Gbit/s what-if came out faster than loopback (-46 % on the testbed). Their
-    line is 0.84 ms a collective and no time per byte."""
-    comm = profiled_comm(g, overlapping=True)
-    nbytes, dur = profiled_collectives(g, overlapping=True)
-    n = max(priced_world_size(g), 2)
-    share = 2 * (n - 1) / n * nbytes.astype(float)
-    slope = max(float(np.polyfit(share, dur, 1)[0]), 0.0)
-    alpha = max(float(dur.mean() - slope * share.mean()), 0.0)
-    slope = slope if alpha > 0 else float(dur.sum() / share.sum())
-    spread = float(((dur - dur.mean()) ** 2).sum())
-    r2 = 1.0 - float(((dur - alpha - slope * share) ** 2).sum()) / spread if spread > 0 else 1.0
-    weak = None if r2 >= MIN_R2 else (f"message size explains only {max(r2, 0.0):.0%} of the {len(comm)} queued collectives' service "
-                                      "times: their time read as a latency each, beside the line each instance's own")
-    return LinkFit(AlphaBeta(alpha / (2 * (n - 1)), slope), len(comm), len(np.unique(nbytes)), r2, weak, service=True)
 
 
 def gathers_own_line(g: Graph, fit: LinkFit) -> LinkFit | None:
@@ -412,37 +372,6 @@ def transfer_spanned(g: Graph, comm: np.ndarray) -> np.ndarray:
         if len(sizes) and sizes.max() >= 1.5 * sizes.min():
             return spans
     return np.ones(len(comm), dtype=bool)
-
-
-def queued_own(g: Graph) -> np.ndarray:
-    """Per node, whether it is a collective a torch script with no DDP or FSDP model issued itself (its own
-    ``async_op=True`` calls) behind which its group's next one was queued: every rank issued that next one before
-    it waited for this one. A rank's lag behind the first rank out is then no wire time a slower link stretches: the next
-    transfer follows on the link at once (priced with it), and the lag is how the rank's threads got their turns on the
-    cores. The DP x TP ViT's 40 per-parameter all-reduces a step, issued at once (``bench/tp_fresh/vit_tp_manual_dp.py``
-    on the testbed): its consumers' lags summed 308 ms a step (4 ranks) at 1 Gbit/s and 229 at 200 Mbit/s in one round, 187
-    and 246 in the other, not the 5 times a wire's; scaled as wire, a 1 Gbit/s profile put 200 Mbit/s +49 and +44 % over
-    the jobs measured, so +18 and +17 %."""
-    out = np.zeros(len(g), dtype=bool)
-    if g.meta.loop_steps is None or g.meta.buckets or g.meta.framework is not None or is_fsdp_graph(g) or pipelined(g):
-        return out  # a dagprof run's with no DDP model only (the collector recorded its calls); a Kineto trace's may be DDP's
-    issued: dict[int, list[tuple[dict[int, float], dict[int, float], int]]] = {}  # channel -> (issue, wait per rank, node)
-    for c in find_collectives(g):
-        if g.bucket[c.comm] >= 0:
-            continue
-        issue, wait = {}, {}
-        for u in c.ready:
-            issue[int(g.rank[u])] = max(issue.get(int(g.rank[u]), -np.inf), float(g.order[u]))
-        for v in c.consumers:
-            wait[int(g.rank[v])] = min(wait.get(int(g.rank[v]), np.inf), float(g.order[v]))
-        if issue and wait:
-            issued.setdefault(int(g.device[c.comm]), []).append((issue, wait, c.comm))
-    for mine in issued.values():
-        first = min(mine[0][0])  # a rank's own clock orders its calls (each rank calls a group's in one order)
-        mine.sort(key=lambda x: x[0].get(first, np.inf))
-        for (_, wait, c), (issue, _, _) in zip(mine, mine[1:]):
-            out[c] = wait.keys() == issue.keys() and all(issue[r] < wait[r] for r in wait)
-    return out
 
 
 def keep_stalls(g: Graph, fit: LinkFit | None = None) -> Graph:
