@@ -16,6 +16,9 @@ after whatif's correction, the load of its minute) taken out.
     .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--raw"]          # predicted again, this code
     .venv/bin/python bench/tp_testbed.py --offline DIR --calibrated                     # ... on each round's calibrations
 
+Model ``convnet`` is no DP x TP job: the hand-bucketed ResNet of ``bench/hand_dp`` on 4 ranks of pure DP, held out for the
+ViT's queued async all-reduces (``passes.comm.queued_own``).
+
 Each round also runs ``dagprof calibrate --overlap`` on each link with the job's 4 ranks (shuffled with the jobs; rounds
 kept before 2026-12-06 21:00 have none): ``--calibrated`` predicts a shaped profile's other link by the two files
 (``whatif --link-from P --link-to L``: each collective's kind and size as the two links' sweeps measured, so no fit made
