@@ -16,6 +16,9 @@ after whatif's correction, the load of its minute) taken out.
     .venv/bin/python bench/tp_testbed.py --offline DIR [--whatif-args "--raw"]          # predicted again, this code
     .venv/bin/python bench/tp_testbed.py --offline DIR --calibrated                     # ... on each round's calibrations
 
+Model ``convnet`` is no DP x TP job: the hand-bucketed ResNet of ``bench/hand_dp`` on 4 ranks of pure DP, held out for the
+ViT's queued async all-reduces (``passes.comm.queued_own``).
+
 Each round also runs ``dagprof calibrate --overlap`` on each link with the job's 4 ranks (shuffled with the jobs; rounds
 kept before 2026-12-06 21:00 have none): ``--calibrated`` predicts a shaped profile's other link by the two files
 (``whatif --link-from P --link-to L``: each collective's kind and size as the two links' sweeps measured, so no fit made
@@ -53,10 +56,12 @@ from whatif_cli import Refused, whatif_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {"mixer": ["mixer_dp_tp.py", "--eval-every", "1000"], "llama": ["llama_fsdp_tp.py"],
-          "t5": ["t5_dp_tp.py", "--layers", "1"], "vit": ["vit_tp_manual_dp.py", "--depth", "2", "--batch", "8"]}
+          "t5": ["t5_dp_tp.py", "--layers", "1"], "vit": ["vit_tp_manual_dp.py", "--depth", "2", "--batch", "8"],
+          # held out for the ViT's queued async all-reduces: pure DP over 4 ranks, ~11 hand-made buckets issued at once
+          "convnet": ["../hand_dp/convnet_buckets.py", "--batch", "8", "--bucket-kb", "64"]}
 # profiled by the Python API (``--dagprof DIR``: its window is the script's), not the zero-code launch: no DDP or FSDP model
-# for it to find (the ViT's data parallelism is its own async all-reduces, sized by the collector since stop 61)
-API_PROFILED = {"vit"}
+# for it to find (their data parallelism is their own async collectives, sized by the collector since stop 61)
+API_PROFILED = {"vit", "convnet"}
 RATES = {"loopback": None, "1Gbit": 1e9, "200Mbit": 200e6}
 PROFILED = ("loopback", "1Gbit", "200Mbit")
 MEASURED = ("loopback", "1Gbit", "200Mbit")

@@ -391,8 +391,39 @@ def lags_not_wire(g: Graph, colls: np.ndarray) -> np.ndarray:
     200 Mbit/s 0.25 / 0.14, scaled as wire they were priced 0.72 / 2.74, the median step +5.8 % (now +2.2); the 1 MB
     all-gathers' grew, 0.65 / 2.34 -> 4.64 / 8.17 (gloo's all-gather ends on one rank while the other's half still crosses)."""
     if not jax_on_gloo(g):
-        return np.zeros(len(colls), dtype=bool)
+        return queued_own(g)[colls]
     return g.comm_kind[colls] != CommKind.ALL_GATHER
+
+
+def queued_own(g: Graph) -> np.ndarray:
+    """Per node, whether it is a collective a torch script with no DDP or FSDP model issued itself (its own
+    ``async_op=True`` calls) behind which its group's next one was queued: every rank issued that next one before
+    it waited for this one. A rank's lag behind the first rank out is then no wire time a slower link stretches: the next
+    transfer follows on the link at once (priced with it), and the lag is how the rank's threads got their turns on the
+    cores. The DP x TP ViT's 40 per-parameter all-reduces a step, issued at once (``bench/tp_fresh/vit_tp_manual_dp.py``
+    on the testbed): its consumers' lags summed 308 ms a step (4 ranks) at 1 Gbit/s and 229 at 200 Mbit/s in one round, 187
+    and 246 in the other, not the 5 times a wire's; scaled as wire, a 1 Gbit/s profile put 200 Mbit/s +49 and +44 % over
+    the jobs measured, so +18 and +17 %."""
+    out = np.zeros(len(g), dtype=bool)
+    if g.meta.loop_steps is None or g.meta.buckets or g.meta.framework is not None or is_fsdp_graph(g) or pipelined(g):
+        return out  # a dagprof run's with no DDP model only (the collector recorded its calls); a Kineto trace's may be DDP's
+    issued: dict[int, list[tuple[dict[int, float], dict[int, float], int]]] = {}  # channel -> (issue, wait per rank, node)
+    for c in find_collectives(g):
+        if g.bucket[c.comm] >= 0:
+            continue
+        issue, wait = {}, {}
+        for u in c.ready:
+            issue[int(g.rank[u])] = max(issue.get(int(g.rank[u]), -np.inf), float(g.order[u]))
+        for v in c.consumers:
+            wait[int(g.rank[v])] = min(wait.get(int(g.rank[v]), np.inf), float(g.order[v]))
+        if issue and wait:
+            issued.setdefault(int(g.device[c.comm]), []).append((issue, wait, c.comm))
+    for mine in issued.values():
+        first = min(mine[0][0])  # a rank's own clock orders its calls (each rank calls a group's in one order)
+        mine.sort(key=lambda x: x[0].get(first, np.inf))
+        for (_, wait, c), (issue, _, _) in zip(mine, mine[1:]):
+            out[c] = wait.keys() == issue.keys() and all(issue[r] < wait[r] for r in wait)
+    return out
 
 
 def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
