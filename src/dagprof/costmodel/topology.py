@@ -264,8 +264,9 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-# 4: the compute slowdown beside collectives (``overlap``); 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version``): one link
-LINK_MODEL_VERSION = 4
+# 5: every rank's time of every repetition per swept size (``times_us``, beside each sweep's ``points``); 4: the compute slowdown
+# beside collectives (``overlap``); 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version``): one link
+LINK_MODEL_VERSION = 5
 
 
 def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None,
@@ -288,6 +289,8 @@ def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: d
     if overlap is not None:
         doc["version"] = 4
         doc["overlap"] = overlap
+    if "times_us" in how:
+        doc["version"] = 5
     with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
     return os.fspath(path)
@@ -431,7 +434,10 @@ def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
     fsdp = None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], p)
     for where, points in [("points", d.get("points")), *((f"kinds.{k}.points", kind_table[k].get("points")) for k in kind_table)]:
         _check_points(points, where, p)
-    sweeps = {"kinds": kind_table, **({"points": d["points"]} if "points" in d else {})}
+    for where, points, times in [("", d.get("points"), d.get("times_us")),
+                                 *((f"kinds.{k}.", kind_table[k].get("points"), kind_table[k].get("times_us")) for k in kind_table)]:
+        _check_times(points, times, f"{where}times_us", p)
+    sweeps = {"kinds": kind_table, **{k: d[k] for k in ("points", "times_us") if k in d}}
     return LinkModelFile(p, link_from_dict(d, p), tuple(sorted(by_workers.items())), workers, backend, kinds, tuple(kind_scale), fsdp,
                          d.get("overlap"), sweeps)
 
@@ -447,6 +453,19 @@ def _check_points(points: Any, where: str, path: str) -> None:
             ok = False
         if not ok:
             raise DagprofError(f"{where} must be [bytes, us] pairs of finite numbers >= 0, got {pair!r}", path)
+
+
+def _check_times(points: Any, times: Any, where: str, path: str) -> None:
+    """A sweep's ``times_us`` (version 5): per size of ``points``, every rank's time of every repetition, finite and >= 0."""
+    if times is None:
+        return
+    try:
+        a = [np.array(t, dtype=float) for t in times]
+        ok = len(a) == len(points or ()) and all(x.ndim == 2 and x.size and np.all((x >= 0) & np.isfinite(x)) for x in a)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise DagprofError(f"{where} must hold, per swept size, every rank's times (ranks x repetitions) as finite numbers >= 0", path)
 
 
 def _worker_count(n: Any, path: str) -> int:
