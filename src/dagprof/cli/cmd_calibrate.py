@@ -85,6 +85,7 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
+    load = os.getloadavg()[0]
     measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp, args.overlap, int(args.overlap_mb * 2**20))
     world, points = measured.world, measured.points
     link = live.fit(points, world)
@@ -96,6 +97,7 @@ def run(args) -> dict:
         path = save_link_model(args.out, link, kinds=kinds, fsdp=fsdp, fsdp_record=record,
                                overlap=None if measured.overlap is None else msgspec.to_builtins(measured.overlap),
                                backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us, times_us=measured.sweeps[0].times_us,
+                               cpus=len(os.sched_getaffinity(0)), load=[load, os.getloadavg()[0]],
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
     per_kind = [{"kind": s.kind.label, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,
