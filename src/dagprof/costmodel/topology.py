@@ -429,8 +429,8 @@ class LinkModelFile:
 def quiet_sweep(sweep: dict[str, Any]) -> dict[str, Any]:
     """A sweep (``points``, ``skew_us``, ``times_us``) read at each size's quietest repetition: the one whose last rank out
     took least, its time and its ranks' spread. A wait for a core only adds, so the least is the nearest the wire: on the
-    testbed's 4 ranks over 2 cores the loopback's medians fitted the Mixer's 0.17 MB collectives at 1.1-2.0 ms, the quietest
-    repetitions at 0.5-0.8, its profile's own 0.3."""
+    testbed's 4 ranks over 2 cores the loopback's medians priced the Mixer's 0.17 MiB collectives at 1.2-2.0 ms, the quietest
+    repetitions at 0.55-0.8, its profiles' own fits 0.3-0.4."""
     points, skew = [], []
     for (m, _), t in zip(sweep["points"], sweep["times_us"]):
         t = np.asarray(t, dtype=float)
