@@ -24,8 +24,9 @@ kept before 2026-12-06 21:00 have none): ``--calibrated`` predicts a shaped prof
 (``whatif --link-from P --link-to L``: each collective's kind and size as the two links' sweeps measured, so no fit made
 inside tbf's burst, and the compute slowdown beside collectives each link's file measured, ``search.scenario.beside``).
 Each sweep is read as its wire (``LinkModelFile.wire``: on 4 ranks over 2 cores its 4-64 KiB sizes read 2-9 ms on every link,
-ranks waiting for a core). A what-if the calibrations still refuse (the Mixer's loopback: even that fit prices its
-collectives 5-6x its profile's own) is predicted by the rate, as the user would go on, and says so.
+ranks waiting for a core); rounds calibrated since 2026-12-07 keep every repetition (version 5) and each size is read at its
+quietest first (the Mixer's loopback then prices its collectives 2-3x its profile's own, not 4-6x, and is served). A what-if
+the calibrations still refuse is predicted by the rate, as the user would go on, and says so.
 
 Goal (issue 16): median |error| <= 3 %, each <= 8 % over the what-if cells (a profile's link other than the cell's).
 

@@ -1,5 +1,5 @@
 """Per-kind link models: ``dagprof calibrate`` sweeps FSDP2's all-gather and reduce-scatter on a real gloo group,
-the link-model file keeps each kind's fit (version 2), and FSDP collectives are priced by their kind's fit."""
+the link-model file keeps each kind's fit (version 2) and every repetition's times (version 5), and FSDP collectives are priced by their kind's fit."""
 from __future__ import annotations
 
 import json
@@ -33,7 +33,9 @@ def test_calibrate_sweeps_each_kind_on_a_live_gloo_group(capsys, tmp_path):
         assert len(k["points"]) == 3 and all(p["measured_us"] > 0 and p["skew_us"] >= 0 for p in k["points"])
         assert k["bandwidth_GBps"] > 0
     doc = json.loads(out.read_text())
-    assert doc["version"] == 2 and set(doc["kinds"]) == {"all_gather", "reduce_scatter"}
+    assert doc["version"] == 5 and set(doc["kinds"]) == {"all_gather", "reduce_scatter"}
+    for sweep in (doc, *doc["kinds"].values()):  # every rank's time of every repetition, per size (version 5)
+        assert [np.shape(t) for t in sweep["times_us"]] == [(2, 2)] * 3
     assert [m for m, _ in doc["kinds"]["all_gather"]["points"]] == [4096, 16384, 65536]  # the whole tensor's bytes
     assert dict(read_link_model(out).kinds)["all_gather"] == AlphaBeta(r["kinds"][0]["alpha_us"], doc["kinds"]["all_gather"]["beta_us_per_byte"])
 
@@ -54,6 +56,11 @@ def test_link_model_file_round_trip(tmp_path):
         p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "version": 3,
                                  "kinds": {"all_gather": {"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "points": points}}}))
         with pytest.raises(DagprofError, match="points must be"):
+            read_link_model(p)
+    for times in ([[[1.0, -2.0]]], [[1.0]], [], "abc"):  # a version-5 file's times, damaged or not one table per size
+        p = tmp_path / "bad5.json"
+        p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "version": 5, "points": [[4096, 500.0]], "times_us": times}))
+        with pytest.raises(DagprofError, match="times_us must hold"):
             read_link_model(p)
 
 

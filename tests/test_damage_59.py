@@ -150,3 +150,25 @@ def test_a_good_topology_is_said_unused_where_no_link_is_fitted(capsys):
     assert rc == 0 and not any("read but unused" in n for n in doc["notes"]), err
     assert main(["whatif", trace, "--topology", "10gbe", "--no-trace"]) == 0  # the text: the note as its own line
     assert " ".join(f"note: {said[0]}".split()) in folded_lines(capsys.readouterr().out, "note: ")
+
+
+def test_link_from_whose_sweep_is_ranks_waiting_for_cores_says_so_in_numbers(tmp_path, capsys):
+    """A calibration of the profiled link taken as the testbed's loopback is (4 ranks over 2 CPUs): its 4-256 KiB all-reduces
+    read 5-8 ms whatever their bytes, so its fit prices the run's buckets many times over the run's own. The one line says
+    what its sweep read (medians, quietest repetitions, the ranks' spread, ranks over CPUs at the load) and what to do."""
+    run = copy_fixture(tmp_path, "ddp-testbed/run")
+    sizes = [4096, 16384, 65536, 262144, 1048576, 4194304]
+    medians = [6950.0, 5070.0, 7940.0, 6770.0, 100e3, 400e3]
+    times = [[[t, t * 0.6], [t - 300.0, t * 0.6 - 200.0]] for t in medians]  # 2 ranks x 2 repetitions
+    doc = {"alpha_us": 5000.0, "beta_us_per_byte": 0.05, "workers": 2, "version": 5, "backend": "gloo", "cpus": 2, "load": [3.6, 3.7],
+           "points": [[m, t] for m, t in zip(sizes, medians)], "times_us": times, "kinds": {}}
+    slow = tmp_path / "scheduled.json"
+    slow.write_text(json.dumps(doc))
+    rc, _, err = cli_json(capsys, "whatif", "--json", str(run), "--link-from", str(slow), "--link-to", str(DATA / "ddp-testbed/1gbit-overlap.json"),
+                          "--no-trace")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    line = err.strip()
+    assert str(slow) in line and "not the link this run was profiled on" in line
+    assert "all-reduces of 4 KiB-256 KiB took 5.07-7.94 ms (medians) whatever their bytes" in line
+    assert "3.04-4.76 in their quietest repetition, the ranks getting out 0.25-0.25 ms apart; 2 ranks on 2 CPUs at load 3.7" in line
+    assert "ranks waiting for a core" in line and "--bandwidth" in line

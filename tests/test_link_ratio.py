@@ -179,3 +179,19 @@ def test_a_sweeps_sizes_that_do_not_grow_with_bytes_are_priced_by_the_wire_fit(t
     (tmp_path / "fit.json").write_text(json.dumps({"alpha_us": 5.0, "beta_us_per_byte": 0.001, "workers": 4}))  # no sweep in it
     fit = read_link_model(tmp_path / "fit.json")
     assert fit.wire() == fit
+
+
+def test_files_that_keep_every_repetition_are_read_at_each_sizes_quietest(tmp_path):
+    """Version 5 keeps every rank's time of every repetition: where both files of a pair hold them, each size is read at the
+    repetition whose last rank out took least (a wait for a core only adds); a file without them as its medians."""
+    times = [[[t, 3 * t, 2 * t], [t + 50.0, 3 * t, 2 * t]] for _, t in MIXER_1G]  # 2 ranks x 3 repetitions; the quietest first
+    doc = {"alpha_us": 815.0, "beta_us_per_byte": 0.0125, "workers": 2, "version": 5, "points": [[m, 2 * t] for m, t in MIXER_1G],
+           "times_us": times, "kinds": {"all_gather": {"alpha_us": 1.0, "beta_us_per_byte": 0.01, "points": [[4096, 900.0]], "skew_us": [1.0],
+                                                       "times_us": [[[300.0, 900.0], [310.0, 950.0]]]}}}
+    (tmp_path / "v5.json").write_text(json.dumps(doc))
+    f = read_link_model(tmp_path / "v5.json")
+    assert f.repetitions and not read_link_model(CAL / "1gbit.json").repetitions
+    quiet = f.wire(quiet=True).sweeps
+    assert quiet["points"][3:] == [[m, t + 50.0] for m, t in MIXER_1G[3:]]  # the last rank out of the quietest repetition
+    assert quiet["kinds"]["all_gather"]["points"] == [[4096, 310.0]] and quiet["kinds"]["all_gather"]["skew_us"] == [10.0]
+    assert f.wire().sweeps["points"][3:] == doc["points"][3:]  # the medians as written

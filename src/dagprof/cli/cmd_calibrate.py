@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
     p.add_argument("--iters", type=positive_int, default=5, help="timed repetitions per size (median)")
     p.add_argument("--kinds", type=_kinds, default=live.KINDS, metavar="K[,K]",
                    help="live: collectives to sweep besides the all-reduce, each fitted on its own (FSDP's collectives are priced by "
-                        "their kind's fit): all_gather, reduce_scatter (default: both); all_reduce alone writes a version-1 file")
+                        "their kind's fit): all_gather, reduce_scatter (default: both); all_reduce alone: none")
     p.add_argument("--fsdp", action="store_true",
                    help="live: also measure FSDP2's costs that a DDP profile cannot show (the optimizer on DTensor shards against plain "
                         "tensors, the all-gather copy-out per byte, each unit's hooks and waits beyond its collectives) on small "
@@ -85,16 +85,19 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
+    load = os.getloadavg()[0]
     measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp, args.overlap, int(args.overlap_mb * 2**20))
     world, points = measured.world, measured.points
     link = live.fit(points, world)
-    kinds = {s.kind.label: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
+    kinds = {s.kind.label: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us, "times_us": s.times_us})
+             for s in measured.sweeps[1:]}
     path = None
     if measured.rank == 0:
         fsdp, record = measured.fsdp or (None, None)
         path = save_link_model(args.out, link, kinds=kinds, fsdp=fsdp, fsdp_record=record,
                                overlap=None if measured.overlap is None else msgspec.to_builtins(measured.overlap),
-                               backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
+                               backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us, times_us=measured.sweeps[0].times_us,
+                               cpus=len(os.sched_getaffinity(0)), load=[load, os.getloadavg()[0]],
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
     per_kind = [{"kind": s.kind.label, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,

@@ -264,8 +264,9 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-# 4: the compute slowdown beside collectives (``overlap``); 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version``): one link
-LINK_MODEL_VERSION = 4
+# 5: every rank's time of every repetition per swept size (``times_us``, beside each sweep's ``points``); 4: the compute slowdown
+# beside collectives (``overlap``); 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version``): one link
+LINK_MODEL_VERSION = 5
 
 
 def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None,
@@ -288,6 +289,8 @@ def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: d
     if overlap is not None:
         doc["version"] = 4
         doc["overlap"] = overlap
+    if "times_us" in how:
+        doc["version"] = 5
     with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
     return os.fspath(path)
@@ -307,7 +310,8 @@ class LinkModelFile:
     kind_scale: tuple[tuple[str, tuple[tuple[float, float], ...]], ...]  # ``Topology.kind_scale``; none before version 3
     fsdp: FsdpCosts | None  # FSDP2's measured costs; None before version 3 (or where calibrate did not measure them)
     overlap: dict[str, Any] | None  # the compute slowdown beside collectives as written (``search.measured`` types it); None before version 4
-    sweeps: dict[str, Any]  # the ``points`` and ``kinds`` as written (``ratio_to`` reads their sweeps: only a live calibrate has them)
+    sweeps: dict[str, Any]  # the ``points``, ``times_us`` and ``kinds`` as written (``ratio_to`` reads their sweeps: only a live calibrate
+    # has them), and the ``cpus`` and ``load`` it ran on (version 5)
 
     def link_for(self, workers: int | None = None) -> AlphaBeta:
         """The file's link; with ``by_workers`` entries, the one fitted nearest to ``workers``."""
@@ -358,19 +362,51 @@ class LinkModelFile:
                 raise DagprofError(f"not a live dagprof calibrate file: points must be [bytes, us] pairs ({err})", f.path) from None
         return {k: (sweeps[0][k], sweeps[1][k]) for k in sorted(set(sweeps[0]) & set(sweeps[1]))}
 
-    def wire(self) -> LinkModelFile:
+    def wire(self, quiet: bool = False) -> LinkModelFile:
         """This live sweep as its wire: in each sweep, the sizes below those from which time grows with bytes priced by a ring
         fit of the sizes that grow (``wire_sweep``), and the file's link that fit of its all-reduce sweep. What a
         ``--link-from``/``--link-to`` pair is read as: on the testbed's 4 ranks over 2 cores every link's sweep read 2.2-8.7 ms
         at 4-64 KiB, loopback's too, rising and falling with bytes (ranks waiting for a core), and the whole sweep's fit
         priced the Mixer's 0.17 MB collectives at 1 Gbit/s at 3.05-3.17 ms against its profile's own 0.70-0.81 (the growing
-        sizes' fit: 1.97-2.10). The file as read where a sweep is not [bytes, us] pairs (``_paired`` refuses it)."""
+        sizes' fit: 1.97-2.10). ``quiet`` (both files keep every repetition, version 5): each size read at its quietest
+        repetition first (``quiet_sweep``). The file as read where a sweep is not [bytes, us] pairs (``_paired`` refuses it)."""
         try:
-            points, link = wire_sweep(self.sweeps["points"], self.workers or 2)
-            kinds = {k: v | {"points": wire_sweep(v["points"], self.workers or 2)[0]} for k, v in self.sweeps["kinds"].items()}
+            main = quiet_sweep(self.sweeps) if quiet else self.sweeps
+            points, link = wire_sweep(main["points"], self.workers or 2)
+            kinds = {k: v | {"points": wire_sweep(v["points"], self.workers or 2)[0]}
+                     for k, v0 in self.sweeps["kinds"].items() for v in [quiet_sweep(v0) if quiet else v0]}
         except (KeyError, TypeError, ValueError):
             return self
-        return replace(self, link=link or self.link, sweeps=self.sweeps | {"points": points, "kinds": kinds})
+        return replace(self, link=link or self.link, sweeps=self.sweeps | main | {"points": points, "kinds": kinds})
+
+    def scheduled(self) -> str:
+        """What this live sweep's all-reduces read below the sizes from which time grows with bytes (``growing_from``), in
+        numbers a user can act on: their medians, their quietest repetitions and how far apart the ranks got out (version 5),
+        and the ranks over the CPUs at the load it ran at (version 5); '' where the sizes grew from the first or are not
+        [bytes, us] pairs. A spread of ms at KiB sizes, every rank alike, is ranks waiting for a core, not the wire."""
+        try:
+            points = self.sweeps["points"]
+            i = growing_from(points)
+            t = np.array(points, dtype=float)[: i + 1]
+        except (KeyError, TypeError, ValueError):
+            return ""
+        if i == 0:
+            return ""
+        text = f"its all-reduces of {_kib(t[0, 0])}-{_kib(t[-1, 0])} took {t[:, 1].min() / 1e3:.2f}-{t[:, 1].max() / 1e3:.2f} ms (medians) whatever their bytes"
+        if "times_us" in self.sweeps:
+            reps = [np.asarray(x, dtype=float) for x in self.sweeps["times_us"][: i + 1]]
+            quiet = [x.max(axis=0).min() for x in reps]
+            apart = [np.median(x.max(axis=0) - x.min(axis=0)) for x in reps]
+            text += (f", {min(quiet) / 1e3:.2f}-{max(quiet) / 1e3:.2f} in their quietest repetition, the ranks getting out "
+                     f"{min(apart) / 1e3:.2f}-{max(apart) / 1e3:.2f} ms apart")
+        if "cpus" in self.sweeps:
+            text += f"; {self.workers} ranks on {self.sweeps['cpus']} CPUs at load {max(self.sweeps.get('load') or [0.0]):.1f}"
+        return text
+
+    @property
+    def repetitions(self) -> bool:
+        """Whether every sweep keeps each repetition's times (version 5), which ``wire(quiet=True)`` reads."""
+        return "times_us" in self.sweeps and all("times_us" in v for v in self.sweeps.get("kinds", {}).values())
 
     def ratio_to(self, target: LinkModelFile) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
         """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, this one measured on the link a run was profiled
@@ -390,13 +426,39 @@ class LinkModelFile:
         return tuple(out)
 
 
+def quiet_sweep(sweep: dict[str, Any]) -> dict[str, Any]:
+    """A sweep (``points``, ``skew_us``, ``times_us``) read at each size's quietest repetition: the one whose last rank out
+    took least, its time and its ranks' spread. A wait for a core only adds, so the least is the nearest the wire: on the
+    testbed's 4 ranks over 2 cores the loopback's medians priced the Mixer's 0.17 MiB collectives at 1.2-2.0 ms, the quietest
+    repetitions at 0.55-0.8, its profiles' own fits 0.3-0.4."""
+    points, skew = [], []
+    for (m, _), t in zip(sweep["points"], sweep["times_us"]):
+        t = np.asarray(t, dtype=float)
+        r = int(np.argmin(t.max(axis=0)))
+        points.append([m, float(t[:, r].max())])
+        skew.append(float(t[:, r].max() - t[:, r].min()))
+    return sweep | {"points": points} | ({"skew_us": skew} if "skew_us" in sweep else {})
+
+
+def _kib(nbytes: float) -> str:
+    return f"{nbytes / MB:.3g} MiB" if nbytes >= MB else f"{nbytes / 1024:.0f} KiB"
+
+
+def growing_from(points: list[list[float]]) -> int:
+    """The index of the last size in ``points`` ([bytes, us], by bytes) whose time does not grow with bytes: from there on
+    each size took longer than the one before."""
+    t = np.array(points, dtype=float).reshape(-1, 2)[:, 1]
+    i = len(t) - 1
+    while i > 0 and t[i - 1] < t[i]:
+        i -= 1
+    return i
+
+
 def wire_sweep(points: list[list[float]], workers: int) -> tuple[list[list[float]], AlphaBeta | None]:
     """``points`` ([bytes, us], by bytes) with each size below the last one whose time does not grow with bytes priced by a ring
     fit of the sizes from there on, and that fit; as given (and None) where fewer than two sizes grow."""
     b, t = np.array(points, dtype=float).reshape(-1, 2).T
-    i = len(b) - 1
-    while i > 0 and t[i - 1] < t[i]:
-        i -= 1
+    i = growing_from(points)
     if len(b) - i < 2 or i == 0:
         return points, None
     fit = fit_alpha_beta(b[i:], t[i:], workers)
@@ -431,7 +493,10 @@ def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
     fsdp = None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], p)
     for where, points in [("points", d.get("points")), *((f"kinds.{k}.points", kind_table[k].get("points")) for k in kind_table)]:
         _check_points(points, where, p)
-    sweeps = {"kinds": kind_table, **({"points": d["points"]} if "points" in d else {})}
+    for where, points, times in [("", d.get("points"), d.get("times_us")),
+                                 *((f"kinds.{k}.", kind_table[k].get("points"), kind_table[k].get("times_us")) for k in kind_table)]:
+        _check_times(points, times, f"{where}times_us", p)
+    sweeps = {"kinds": kind_table, **{k: d[k] for k in ("points", "times_us", "cpus", "load") if k in d}}
     return LinkModelFile(p, link_from_dict(d, p), tuple(sorted(by_workers.items())), workers, backend, kinds, tuple(kind_scale), fsdp,
                          d.get("overlap"), sweeps)
 
@@ -447,6 +512,19 @@ def _check_points(points: Any, where: str, path: str) -> None:
             ok = False
         if not ok:
             raise DagprofError(f"{where} must be [bytes, us] pairs of finite numbers >= 0, got {pair!r}", path)
+
+
+def _check_times(points: Any, times: Any, where: str, path: str) -> None:
+    """A sweep's ``times_us`` (version 5): per size of ``points``, every rank's time of every repetition, finite and >= 0."""
+    if times is None:
+        return
+    try:
+        a = [np.array(t, dtype=float) for t in times]
+        ok = len(a) == len(points or ()) and all(x.ndim == 2 and x.size and np.all((x >= 0) & np.isfinite(x)) for x in a)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise DagprofError(f"{where} must hold, per swept size, every rank's times (ranks x repetitions) as finite numbers >= 0", path)
 
 
 def _worker_count(n: Any, path: str) -> int:

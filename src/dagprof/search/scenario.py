@@ -158,8 +158,10 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
             raise DagprofError("--link-to needs --link-from: a dagprof calibrate file of the link the run was profiled on, measured alike")
         if is_ps_graph(g):
             raise DagprofError("--link-to on a parameter-server job is not modelled (its messages are priced on the link's fit)")
-        source, target = read_link_model(c.link_from).wire(), read_link_model(s.link_to).wire()
-        _check_profiled_on(g, source, base_topo)
+        given, target = read_link_model(c.link_from), read_link_model(s.link_to)
+        quiet = given.repetitions and target.repetitions
+        source, target = given.wire(quiet), target.wire(quiet)
+        _check_profiled_on(g, source, base_topo, given.scheduled())
         return set_link_ratio(g, source.ratio_to(target), source.delta_to(target), source.workers or 0)
     if s.bandwidth is None and s.latency_us is None:
         return g
@@ -171,11 +173,14 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 LINK_FROM_APART = 4.0  # --link-from's link and the profile's own fit this many times apart: measured on another link
 
 
-def _check_profiled_on(g: Graph, source: LinkModelFile, base_topo: Topology) -> None:
+def _check_profiled_on(g: Graph, source: LinkModelFile, base_topo: Topology, scheduled: str = "") -> None:
     """Refuse a ``--link-from`` file that is not of the link the run was profiled on: at the run's median collective size
     its fit and the fit of the run's own collectives are over ``LINK_FROM_APART`` times apart. A calibration of an
     unshaped link given for a run profiled at 1 Gbit/s put ``--link-to`` its 1 Gbit/s file at 427.7 ms for a run that
-    measured 205.7 ms there, with no word (the ratio of two files is trusted to be the profiled link's)."""
+    measured 205.7 ms there, with no word (the ratio of two files is trusted to be the profiled link's). Where the file's
+    small sizes did not grow with bytes (``scheduled``: ``LinkModelFile.scheduled``), the line says what they read: a
+    sweep of ranks waiting for cores (the testbed's loopback on 4 ranks over 2 CPUs) is the profiled link, measured unlike
+    the run."""
     sizes = g.nbytes[priced_comm(g)]
     sizes = sizes[sizes > 0]
     if not len(sizes):
@@ -183,9 +188,13 @@ def _check_profiled_on(g: Graph, source: LinkModelFile, base_topo: Topology) -> 
     m, n = float(np.median(sizes)), priced_world_size(g)
     own, theirs = float(ring_allreduce_us(m, n, base_topo.inter)), float(ring_allreduce_us(m, n, source.link_for(n)))
     if own > 0 and theirs > 0 and max(own / theirs, theirs / own) > LINK_FROM_APART:
+        why = (f"): {scheduled}: ranks waiting for a core, not the wire. Calibrate the profiled link where each rank has a core "
+               "(or the machine is otherwise idle), or predict by --bandwidth; another host or network: give --link-from a calibration "
+               "of the profiled link") if scheduled and theirs > own else ("; another host or network?): give --link-from a calibration of "
+                                                                           "the profiled link")
         raise DagprofError(f"not the link this run was profiled on: its fit prices the run's median collective ({m / MB:.2f} MB, {n} ranks) "
                            f"at {theirs / 1e3:.3g} ms, the run's own collectives fit {own / 1e3:.3g} ms ({max(own / theirs, theirs / own):.0f}x "
-                           "apart; another host or network?): give --link-from a calibration of the profiled link", source.path)
+                           f"apart{why}", source.path)
 
 
 def wire_bandwidth(g: Graph, asked: float, base_topo: Topology) -> float:

@@ -44,6 +44,7 @@ class KindSweep:
     kind: CommKind
     points: list[tuple[int, float]]  # nbytes: the whole tensor (an all-gather's output, a reduce-scatter's input); us: slowest rank's median
     skew_us: list[float]  # per size: median over repetitions of the last rank's time minus the first's (barrier-aligned start)
+    times_us: list[list[list[float]]]  # per size: every rank's time of every repetition (ranks x repetitions), what the median hides
 
 
 def collective_op(kind: CommKind, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], object]], int]:
@@ -95,13 +96,14 @@ def sweep_kind(kind: CommKind, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: in
     warm = torch.ones(1024)
     for _ in range(3):  # connections and buffers are set up lazily on first use
         dist.all_reduce(warm)
-    points, skew = [], []
+    points, skew, times = [], [], []
     for nbytes in sizes:
         make, moved = collective_op(kind, nbytes, world)
         per = _timed_together(make, iters, warmup)
         points.append((moved, float(np.median(per, axis=1).max()) if kind == CommKind.ALL_REDUCE else slowest_each(per)))
         skew.append(float(np.median(per.max(axis=0) - per.min(axis=0))))
-    return KindSweep(kind, points, skew)
+        times.append(np.round(per, 1).tolist())
+    return KindSweep(kind, points, skew, times)
 
 
 def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> list[tuple[int, float]]:
@@ -329,7 +331,7 @@ def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"sweeps": [{"kind": s.kind.label, "points": s.points, "skew_us": s.skew_us} for s in sweeps],
+            json.dump({"sweeps": [{"kind": s.kind.label, "points": s.points, "skew_us": s.skew_us, "times_us": s.times_us} for s in sweeps],
                        "fsdp": None if costs is None else [costs[0].to_dict(), costs[1]],
                        "overlap": msgspec.to_builtins(slowed)}, f)
 
@@ -349,7 +351,7 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
         mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, overlap, overlap_bytes, out), nprocs=world, join=True)
         with open(out) as f:
             doc = json.load(f)
-    sweeps = [KindSweep(CommKind.from_label(d["kind"]), [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in doc["sweeps"]]
+    sweeps = [KindSweep(CommKind.from_label(d["kind"]), [(int(m), float(t)) for m, t in d["points"]], d["skew_us"], d["times_us"]) for d in doc["sweeps"]]
     return (sweeps, None if doc["fsdp"] is None else (FsdpCosts.from_dict(doc["fsdp"][0]), doc["fsdp"][1]),
             None if doc["overlap"] is None else msgspec.convert(doc["overlap"], Overlap))
 
