@@ -23,8 +23,7 @@ from common import init, loop, parse
 from torch.distributed._composable.replicate import replicate
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                               parallelize_module)
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, parallelize_module
 
 DIM, HEADS, VOCAB, SEQ, BATCH, MASK_ID = 128, 4, 3000, 64, 8, 1
 
