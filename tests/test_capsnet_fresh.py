@@ -36,3 +36,11 @@ def test_a_step_holding_skipped_optimizer_steps_is_left_out_and_said(capsys):
     rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "3:6", folder)
     said = [w for w in doc["warnings"] if "all-reduced DDP's gradient buckets more often" in w]
     assert rc == 0 and doc["steps"] == [3, 4, 5] and len(said) == 1 and "kept as --steps named them" in said[0], err
+
+
+def test_rebucketing_a_stock_trace_is_refused_naming_it(capsys):
+    """The user's own profiler trace of the same job (``cut-steps/epoch-end``) records DDP's all-reduces but not their
+    buckets: the refusal names the folder and says why (it read as if the job had no gradient all-reduce)."""
+    folder = str(DATA / "cut-steps" / "epoch-end")
+    rc, _, err = cli_json(capsys, "whatif", "--json", "--bucket-mb", "1", folder)
+    assert rc == 2 and "epoch-end: the trace has no gradient-bucket all-reduce to re-bucket (a stock torch.profiler" in err

@@ -138,7 +138,8 @@ class ProfiledBuckets:
 def profiled_buckets(g: Graph) -> ProfiledBuckets:
     colls = [c for c in find_collectives(g) if g.bucket[c.comm] >= 0]  # gradient buckets, not buffer broadcasts
     if not colls:
-        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket")
+        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a stock torch.profiler trace does not say "
+                           "which all-reduce carries which DDP bucket; a dagprof profile of a DDP job does)", g.meta.source)
     enq = np.zeros(len(g), dtype=bool)
     drop = np.zeros(len(g), dtype=bool)
     coll_of_enq: dict[int, int] = {}
