@@ -9,7 +9,8 @@ Habits it exercises, as users write them (no other fresh FSDP script has this fa
 - gradient accumulation as torchtitan writes it: on every micro-batch but the last, ``set_requires_gradient_sync(False)``
   and ``set_reshard_after_backward(False)`` (the parameters stay gathered between micro-batches), both turned back on
   for the last one; ``--accum`` micro-batches (2);
-- ``AdamW(foreach=True)`` with a cosine schedule, ``clip_grad_norm_`` on the DTensor gradients.
+- ``AdamW(foreach=True)`` with a cosine schedule, ``clip_grad_norm_`` on the DTensor gradients;
+- ``--wrap root``: ``fully_shard`` on the root only (one unit), what ``dagprof whatif --units merge:all`` predicts.
 
     dagprof profile -o runs/moe -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/moe_accum.py --steps 20
 """
@@ -108,16 +109,17 @@ def main() -> None:
     p.add_argument("--experts", type=int, default=4)
     p.add_argument("--accum", type=int, default=2)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--wrap", choices=("units", "root"), default="units")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = MoELM(args.layers, args.experts)
-    for blk in model.blocks:
+    for blk in model.blocks if args.wrap == "units" else ():
         fully_shard(blk.moe.experts, shard_placement_fn=expert_dim1)
         fully_shard(blk)
-    fully_shard(model)
+    fully_shard(model, shard_placement_fn=expert_dim1)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(args.steps, 1))
     torch.manual_seed(100 + rank)
