@@ -315,8 +315,9 @@ def _alike_weights(g: Graph, by_key: dict[tuple[int, int], list[int]]) -> np.nda
         bw = [v for v in seq if g.kind[v] == Kind.BACKWARD]
         alike[tuple(int(g.layer[v]) for v in bw)].append(bw)
     for seqs in alike.values():
-        at = np.array(seqs)
-        weight[at] = g.dur[at].mean(axis=0)
+        at = np.array(seqs, dtype=np.int64)
+        if at.size:
+            weight[at] = g.dur[at].mean(axis=0)
     return weight
 
 
