@@ -44,3 +44,11 @@ def test_rebucketing_a_stock_trace_is_refused_naming_it(capsys):
     folder = str(DATA / "cut-steps" / "epoch-end")
     rc, _, err = cli_json(capsys, "whatif", "--json", "--bucket-mb", "1", folder)
     assert rc == 2 and "epoch-end: the trace has no gradient-bucket all-reduce to re-bucket (a stock torch.profiler" in err
+
+
+def test_rebucketing_a_step_of_skipped_optimizer_steps_says_it_may_be_one(capsys):
+    """Named by ``--steps``, the step of three iterations stays; re-bucketing it is refused naming the run and the
+    habit that makes such a step (it named only two losses or a GAN's two models)."""
+    folder = str(DATA / "ddp-fresh" / "caps-skip")
+    rc, _, err = cli_json(capsys, "whatif", "--json", "--steps", "3:6", "--bucket-mb", "1", folder)
+    assert rc == 2 and "caps-skip: step 5 all-reduces a gradient bucket more than once" in err and "GradScaler" in err

@@ -283,8 +283,10 @@ def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, 
     models) is refused: the pass re-buckets one synchronising backward per step."""
     enq_buckets = [int(g.bucket[v]) for v in seq if old_enq[v]]
     if len(set(enq_buckets)) < len(enq_buckets):
-        raise DagprofError(f"step {key[0]} all-reduces a gradient bucket more than once (two losses, or two DDP models such "
-                           "as a GAN's): re-bucketing is modelled for one backward pass per step")
+        raise DagprofError(f"step {key[0]} all-reduces a gradient bucket more than once (two losses, two DDP models such "
+                           "as a GAN's, or an optimizer step not taken, as a GradScaler skips one whose gradients overflowed, "
+                           "folding two iterations into one step): re-bucketing is modelled for one backward pass per step",
+                           g.meta.source)
     backward = [v for v in seq if g.kind[v] == Kind.BACKWARD and g.layer[v] >= 0]
     start = last_pass_start(g, backward)
     if start == -np.inf:
