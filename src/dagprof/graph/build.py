@@ -39,7 +39,7 @@ from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
-from ..traces.steps import iteration_us, one_step, stalled_steps, steady_window, step_range, time_between_steps
+from ..traces.steps import iteration_us, one_step, resynced_steps, say_resynced, stalled_steps, steady_window, step_range, time_between_steps
 from ..units import count
 from .assemble import Assembler
 from .dag import Graph
@@ -140,16 +140,40 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
 
 def default_window(run: Run, steps: list[int]) -> tuple[list[int], list[str]]:
     """The steps of a window no ``--steps`` chose: ``steps`` less the iterations that hold a long time between two steps
-    (``traces.steps.steady_window``), and the line that says so (none where nothing was left out)."""
+    (``traces.steps.steady_window``) and those that folded two iterations into one (``traces.steps.resynced_steps``: the
+    longest stretch without them is kept), and the lines that say so (none where nothing was left out)."""
     kept, note = steady_window({t.rank: t.step_spans() for t in run.ranks}, steps)
-    return kept, [note] if note else []
+    said = [note] if note else []
+    extra, usual = resynced_steps(_enqueues(run), kept)
+    stretches: list[list[int]] = [[]]
+    for s in kept:
+        if s in extra or (stretches[-1] and s != stretches[-1][-1] + 1):
+            stretches.append([])
+        if s not in extra:
+            stretches[-1].append(s)
+    longest = max(stretches, key=len)
+    if extra and longest:
+        return longest, said + [say_resynced(extra, usual, left_out=True) + f": steps {step_range(longest)} kept"]
+    return kept, said
+
+
+def _enqueues(run: Run) -> dict[int, np.ndarray]:
+    """Per rank of a DDP job, (step, bucket) of each DDP bucket's enqueue (``traces.steps.resynced_steps``)."""
+    out = {}
+    for t in (t for t in run.ranks if t.buckets):
+        e = t.events
+        m = (e.kind == Kind.COMM_ENQUEUE) & (e.bucket >= 0) & (e.step >= 0)
+        out[t.rank] = np.column_stack((e.step[m], e.bucket[m])).astype(np.int64)
+    return out
 
 
 def stalls(run: Run, steps: list[int]) -> list[str]:
     """``traces.steps.stalled_steps`` and ``time_between_steps`` of the ranks over ``steps``."""
     spans = {t.rank: t.step_spans() for t in run.ranks}
     chosen = {r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()}
-    return [said for said in (stalled_steps(chosen), time_between_steps(chosen)) if said]
+    extra, usual = resynced_steps(_enqueues(run), steps)
+    resynced = say_resynced(extra, usual, left_out=False) if extra else None
+    return [said for said in (stalled_steps(chosen), time_between_steps(chosen), resynced) if said]
 
 
 def loop_steps(run: Run) -> LoopSteps | None:

@@ -138,7 +138,8 @@ class ProfiledBuckets:
 def profiled_buckets(g: Graph) -> ProfiledBuckets:
     colls = [c for c in find_collectives(g) if g.bucket[c.comm] >= 0]  # gradient buckets, not buffer broadcasts
     if not colls:
-        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket")
+        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a stock torch.profiler trace does not say "
+                           "which all-reduce carries which DDP bucket; a dagprof profile of a DDP job does)", g.meta.source)
     enq = np.zeros(len(g), dtype=bool)
     drop = np.zeros(len(g), dtype=bool)
     coll_of_enq: dict[int, int] = {}
@@ -225,8 +226,9 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
     # layer without nodes may be one the step left unused, its zeros all-reduced (refused below), so none is assumed
     hooked = set(g.layers)
     orphan = 0 if g.meta.find_unused else sum(nb for path, nb in g.meta.layer_grad_bytes.items() if path not in hooked)
+    weight = _alike_weights(g, by_key)
     for key, seq in by_key.items():
-        measured, grad_bytes = _measured_buckets(g, *_synced_pass(g, seq, old_enq, key), old_enq, coll_of_enq, orphan)
+        measured, grad_bytes = _measured_buckets(g, *_synced_pass(g, seq, old_enq, key), old_enq, coll_of_enq, orphan, weight)
         made, whole = sum(grad_bytes.values()), sum(nb for _, nb in measured)
         if cap is not None and g.meta.find_unused and made < 0.99 * whole:
             raise DagprofError(f"step {key[0]}: under find_unused_parameters=True DDP all-reduced {whole / MB:.2f} MB of buckets, "
@@ -281,8 +283,10 @@ def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, 
     models) is refused: the pass re-buckets one synchronising backward per step."""
     enq_buckets = [int(g.bucket[v]) for v in seq if old_enq[v]]
     if len(set(enq_buckets)) < len(enq_buckets):
-        raise DagprofError(f"step {key[0]} all-reduces a gradient bucket more than once (two losses, or two DDP models such "
-                           "as a GAN's): re-bucketing is modelled for one backward pass per step")
+        raise DagprofError(f"step {key[0]} all-reduces a gradient bucket more than once (two losses, two DDP models such "
+                           "as a GAN's, or an optimizer step not taken, as a GradScaler skips one whose gradients overflowed, "
+                           "folding two iterations into one step): re-bucketing is modelled for one backward pass per step",
+                           g.meta.source)
     backward = [v for v in seq if g.kind[v] == Kind.BACKWARD and g.layer[v] >= 0]
     start = last_pass_start(g, backward)
     if start == -np.inf:
@@ -300,8 +304,27 @@ def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, 
     return [v for v in seq if old_enq[v] or g.order[v] >= start], nbytes
 
 
+def _alike_weights(g: Graph, by_key: dict[tuple[int, int], list[int]]) -> np.ndarray:
+    """Per node, the backward time ``_by_time`` spreads bytes by: a node's mean over every (step, rank) whose sequence
+    runs the same layers in the same order, at its place there (its own time elsewhere).
+
+    DDP's buckets are the same on every rank and step; spread by each node's own time, a root's parameter outside every
+    layer (a capsule net's routing weights, ``bench/ddp_fresh/capsnet_scaler.py``) moved from layer to layer with the
+    ranks' timings, so ``--bucket-mb 1`` closed 3 buckets on one rank and 2 on the other and refused the run."""
+    weight = g.dur.astype(float).copy()
+    alike: dict[tuple[int, ...], list[list[int]]] = defaultdict(list)
+    for seq in by_key.values():
+        bw = [v for v in seq if g.kind[v] == Kind.BACKWARD]
+        alike[tuple(int(g.layer[v]) for v in bw)].append(bw)
+    for seqs in alike.values():
+        at = np.array(seqs, dtype=np.int64)
+        if at.size:
+            weight[at] = g.dur[at].mean(axis=0)
+    return weight
+
+
 def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.ndarray, coll_of_enq: dict[int, int],
-                      orphan: int = 0) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
+                      orphan: int = 0, weight: np.ndarray | None = None) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
     """The profiled buckets of one rank's step as (BACKWARD nodes before each enqueue, bucket bytes),
     and each BACKWARD node's gradient bytes: its ``nbytes`` when the trace has it (counted once per
     layer), else its bucket's bytes spread over the bucket's nodes in proportion to backward time.
@@ -309,7 +332,9 @@ def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.
     ``orphan``: the gradient bytes of parameters that no layer of the graph owns (a module with children that holds
     its own, as ``nn.MultiheadAttention``; a leaf whose forward never ran as a module call, as its ``out_proj``). No
     node carries them, so a bucket's layers fall short of its bytes by theirs: each shortfall, up to ``orphan`` in all,
-    is spread over that bucket's nodes as an unknown bucket's bytes are (without it, re-bucketing lost them)."""
+    is spread over that bucket's nodes as an unknown bucket's bytes are (without it, re-bucketing lost them).
+    ``weight``: the time each node's share is in proportion to (``_alike_weights``; default its own)."""
+    w = g.dur if weight is None else weight
     groups: list[tuple[list[int], int]] = []
     cur: list[int] = []
     for v in seq:
@@ -334,17 +359,17 @@ def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.
             short = min(left, nb - int(sum(grad[v] for v in grp)))
             if short > 0:
                 left -= short
-                for v, x in zip(grp, _by_time(g, grp, short)):
+                for v, x in zip(grp, _by_time(w, grp, short)):
                     grad[v] += x
         else:
-            for v, x in zip(grp, _by_time(g, grp, nb)):
+            for v, x in zip(grp, _by_time(w, grp, nb)):
                 grad[v] = x
     return groups, grad
 
 
-def _by_time(g: Graph, nodes: list[int], nbytes: int) -> list[float]:
-    """``nbytes`` over ``nodes`` in proportion to their backward time (evenly where none was timed), in whole bytes."""
-    w = g.dur[nodes] if g.dur[nodes].sum() > 0 else np.ones(len(nodes))
+def _by_time(dur: np.ndarray, nodes: list[int], nbytes: int) -> list[float]:
+    """``nbytes`` over ``nodes`` in proportion to their backward time ``dur`` (evenly where none was timed), in whole bytes."""
+    w = dur[nodes] if dur[nodes].sum() > 0 else np.ones(len(nodes))
     share = np.floor(w / w.sum() * nbytes)
     share[-1] += nbytes - share.sum()
     return share.tolist()

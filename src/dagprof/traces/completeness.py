@@ -137,7 +137,9 @@ def leave_out_empty_last(run: Run, steps: list[int]) -> tuple[list[int], list[st
     if len(kept) == len(steps) or not kept:
         return steps, []
     gone = ", ".join(str(s) for s in steps if s in empty)
-    return kept, [f"step {gone} left out on all ranks: it holds none of the training loop's ops on {len(ranks)} of "
+    what = ("no backward or optimizer op (the code after the loop's last profiler.step(), before stop(): an "
+            "epoch's end?)" if any(t.meta.cut_step.idle for t in ranks) else "none of the training loop's ops")
+    return kept, [f"step {gone} left out on all ranks: it holds {what} on {len(ranks)} of "
                   f"{len(run.ranks)} rank(s) (the loop's last profiler.step() opened it and stop() closed it)"]
 
 
@@ -161,7 +163,9 @@ def refuse_cut_steps(run: Run, steps: list[int]) -> list[str]:
                         "nothing in the trace after them: the profiler stopped inside the step, or a shorter step of the "
                         f"loop's own (gradient accumulation's no_sync?); the iteration counts it as a step; {fix}")
             continue
-        if cut.like < 0:
+        if cut.idle:
+            told = "it holds no backward or optimizer op, where every step before it does"
+        elif cut.like < 0:
             told = f"{cut.ops} of its ops end where its step marker ends, and nothing in the trace after them"
         else:
             told = f"it holds none of the {cut.of} ops step {cut.like} ran on the training loop's thread"

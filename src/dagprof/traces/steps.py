@@ -79,7 +79,7 @@ def step_periods(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.ndarray, resolution_us: float,
-             loop: np.ndarray | None = None) -> CutStep | None:
+             loop: np.ndarray | None = None, work: np.ndarray | None = None) -> CutStep | None:
     """The trace's last step (by its marker's end) when the trace's end cut inside it: nothing of the trace ends after the
     marker, and either ops that began inside the step (host or device) end where the marker ends (to ``resolution_us``),
     or the step's ops on the loop's thread are the first ones of every earlier step's there, in the same order, and fewer
@@ -105,8 +105,14 @@ def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.n
     ops = int((~is_step & (start >= s) & (start < e - resolution_us) & (np.abs(end - e) <= resolution_us)).sum())
     if ops and not after:
         return CutStep(int(step[last]), ops)
-    short = None if loop is None else _cut_short(start, step, loop, int(step[last]), sorted(set(step[marks].tolist()) - {step[last]}))
-    return short if short is not None and (short.ops == 0 or not after) else None
+    earlier = sorted(set(step[marks].tolist()) - {step[last]})
+    short = None if loop is None else _cut_short(start, step, loop, int(step[last]), earlier)
+    if short is not None and (short.ops == 0 or not after):
+        return short
+    worked = set() if work is None else set(step[work].tolist())
+    if earlier and set(earlier) <= worked and int(step[last]) not in worked:
+        return CutStep(int(step[last]), 0, like=earlier[-1], idle=True)
+    return None
 
 
 def _cut_short(start: np.ndarray, step: np.ndarray, loop: np.ndarray, last: int, earlier: list[int]) -> CutStep | None:
@@ -233,3 +239,36 @@ def steady_window(spans: dict[int, np.ndarray], steps: list[int]) -> tuple[list[
                   f"median step (rank {rank}: {us / 1e3:.0f} ms after step {step}, against {median / 1e3:.1f} ms; an "
                   f"evaluation, a checkpoint or a compile between steps?), which no step repeats{waits}: steps "
                   f"{step_range(kept)} kept; --steps chooses the window, that time included")
+
+
+def resynced_steps(enqueues: dict[int, np.ndarray], steps: list[int]) -> tuple[dict[int, int], int]:
+    """Steps of ``steps`` that all-reduced DDP's gradient buckets more often than most steps, and how often, with that
+    usual count; ``enqueues``: per rank, rows of (step, bucket) of each bucket's enqueue.
+
+    An optimizer step not taken ends no step (dagprof counts optimizer steps), so the iteration before it and the next
+    fold into one step of two synchronising backward passes: a ``GradScaler`` skipping a step whose fp16 gradients
+    overflowed does so (``bench/ddp_fresh/capsnet_scaler.py --growth-interval 1``). A job that syncs twice in every step
+    (two losses, SAM) has no step over its usual count; ``no_sync`` passes enqueue nothing, so accumulation reads alike."""
+    rounds: dict[int, int] = {}
+    for a in enqueues.values():
+        a = a[np.isin(a[:, 0], steps)] if len(a) else a
+        if not len(a):
+            continue
+        buckets = np.unique(a[:, 1])
+        for s in np.unique(a[:, 0]).tolist():
+            per_bucket = a[a[:, 0] == s, 1]
+            n = int(min(np.count_nonzero(per_bucket == b) for b in buckets))
+            rounds[int(s)] = max(rounds.get(int(s), 0), n)
+    if len(rounds) < 2:
+        return {}, 1
+    usual = int(np.argmax(np.bincount(list(rounds.values()))))
+    return {s: n for s, n in sorted(rounds.items()) if n > usual}, usual
+
+
+def say_resynced(extra: dict[int, int], usual: int, left_out: bool) -> str:
+    """The line ``resynced_steps``' steps get: left out of a default window (``left_out``), else kept as named."""
+    where = ", ".join(f"step {s} ({n}x)" for s, n in extra.items())
+    fate = "left out of the window" if left_out else "kept as --steps named them: each counts as one iteration"
+    return (f"{count(len(extra), 'step')} all-reduced DDP's gradient buckets more often than the window's others ({usual}x): "
+            f"{where}; an optimizer step not taken (a GradScaler skipping a step whose gradients overflowed?) folds two "
+            f"iterations into one step; {fate}")
