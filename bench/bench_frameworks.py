@@ -144,6 +144,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_pinn_poisson": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_autoint_strings_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "jax_t5_adafactor_scan": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_resnet_2bit": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_crnn_ctc": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job

@@ -9,8 +9,7 @@ the exchange is a hand-written ``kv.push``/``kv.pull`` per parameter (MXNet 1.9.
 compression on ``dist_sync``: "Compression not supported with PushPull"), Nesterov momentum (``"nag"``) with a
 ``MultiFactorScheduler`` set on the kvstore, residual blocks as ``HybridBlock`` subclasses with a shortcut, a
 ``gluon.data.DataLoader`` over an ``ArrayDataset`` with ``last_batch="rollover"``, and an ``mx.metric.Accuracy`` read
-every 4 steps. Status (branch fresh62f): not yet run to its end; MXNet's own errors met so far are in the comments
-below (the init from default-layout copies is untested), so it is not in ``bench_frameworks.py``'s sweep. Run it under the launcher
+every 4 steps (MXNet's own errors met on the way are in the comments below). Run it under the launcher
 (``dagprof profile --mxnet-ps servers=1,workers=2 -o RUN --steps 4:9 -- python mx_resnet_2bit.py``).
 """
 import argparse
