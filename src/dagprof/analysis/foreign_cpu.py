@@ -117,10 +117,10 @@ class ForeignRemoval:
                 ", the collectives as profiled (give --profiled-bandwidth to scale their time beyond the wire too)")
         return (f"op times brought to the ranks' own cores' pace: a rank pinned alone to a core waited for it beyond its own "
                 f"threads' CPU (other processes held it; median per profiled step), so its host work is scaled by the share of "
-                f"the core it kept{comm}: {per}; the model {-100 * self.removed:+.1f} %. The rank's own CPU on quiet cores is not "
-                "in the profile: beside a busy loop a loaded rank's process ran 0.77-1.41 times its quiet CPU (its threads "
-                "poll while they wait), and its step less the wait came out -35 to +37 % of its quiet step, so a prediction "
-                "may stand either side by that much")
+                f"the core it kept (a Horovod coordinator's negotiations by the least){comm}: {per}; the model "
+                f"{-100 * self.removed:+.1f} %. The rank's own CPU on quiet cores is not in the profile: beside a busy loop a "
+                "loaded rank's process ran 0.77-1.41 times its quiet CPU (its threads poll while they wait), and its step less "
+                "the wait came out -35 to +37 % of its quiet step, so a prediction may stand either side by that much")
 
     @property
     def collectives(self) -> bool:
