@@ -16,12 +16,12 @@ does every what-if, so ``whatif`` says how much of the step it was.
 Per step and rank the figure is the thread's run-queue wait less its process's other threads' CPU (``StepSched``), at
 least 0: the least the cores ran of no thread of the rank's process while the thread waited (on one core, each moment of
 waiting has the core running another thread; the own threads' CPU may fall outside the waits). Beside a busy loop pinned
-to the rank's core (``bench_frameworks.py --hog``, 2026-12-07, branch hvdlvl62: 16 loaded ranks of 8 scripts, each against
+to the rank's core (``bench_frameworks.py --hog``, 2026-12-07, branch hvdlvl62: 18 loaded ranks of 8 scripts, each against
 the same rank profiled quiet in the same round) it is the others' CPU, not a bound below it: the training thread was
 runnable all step and its median step less its CPU, its own threads' and this figure left 0.0-1.8 ms. What no profile
 holds is the rank's own CPU on quiet cores: beside the loop the loaded rank's process ran 0.77-1.41 times its quiet CPU
 (its threads poll while they wait), and its step less this figure came out -34.5 to +37.0 % of the quiet step, in the same
-order (Spearman 0.87); the same script's quiet step moved up to 29 % between rounds (hvd_simclr 65.6, 84.5 ms).
+order (Spearman 0.89); the same script's quiet step moved up to 29 % between rounds (hvd_simclr 65.6, 84.5 ms).
 For ranks that share cores it also counts the other ranks' work, so the note is given for ranks pinned alone only.
 """
 from __future__ import annotations
