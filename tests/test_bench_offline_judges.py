@@ -14,7 +14,7 @@ from dagprof.pipeline import open_run
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from bench_frameworks import JUDGED, judge_kept  # noqa: E402
+from bench_frameworks import JUDGED, _summary, judge_kept  # noqa: E402
 from compare_outputs import NOTE_COMMANDS, NOTE_RUNS, differences, note_argv, numbers  # noqa: E402
 
 
@@ -44,3 +44,12 @@ def test_note_commands_name_their_run_and_write_only_in_the_work_folder(tmp_path
     assert note_argv("report", "tf/fit", tmp_path, tree) == ["report", "tf/fit", "-o", str(tmp_path / "report-before" / "tf/fit")]
     assert note_argv("workers", "tf/fit", tmp_path, tree)[:4] == ["whatif", "tf/fit", "--workers", "4"]
     assert all((DATA / run).is_dir() for run in NOTE_RUNS) and len(NOTE_COMMANDS) == 11
+
+
+def test_a_hogged_profile_is_judged_apart_where_others_loaded_the_measured_job():
+    def row(k, measured_foreign, err):
+        return {"round": k, "profiled": {"load": 1.0, "foreign_pct": 1.0}, "other": {"load": 1.0, "foreign_pct": measured_foreign},
+                "hogged": {"load": 1.0, "foreign_pct": 49.0}, "hogged_error_pct": err}
+    got = _summary([row(0, 2.0, 5.0), row(1, 39.0, -56.0)], {"rate_bit": 1e9, "other_rate_bit": 2e8, "why": "given"})
+    assert got["hogged_error_pct"]["median"] == -25.5 and got["hogged_error_pct"]["within_8"] == 1
+    assert got["hogged_quiet_error_pct"] == {"median": 5.0, "spread": [5.0, 5.0], "within_8": 1}

@@ -15,7 +15,13 @@ does every what-if, so ``whatif`` says how much of the step it was.
 
 Per step and rank the figure is the thread's run-queue wait less its process's other threads' CPU (``StepSched``), at
 least 0: the least the cores ran of no thread of the rank's process while the thread waited (on one core, each moment of
-waiting has the core running another thread; the own threads' CPU may fall outside the waits, so this is a lower bound).
+waiting has the core running another thread; the own threads' CPU may fall outside the waits). Beside a busy loop pinned
+to the rank's core (``bench_frameworks.py --hog``, 2026-12-07, branch hvdlvl62: 18 loaded ranks of 8 scripts, each against
+the same rank profiled quiet in the same round) it is the others' CPU, not a bound below it: the training thread was
+runnable all step and its median step less its CPU, its own threads' and this figure left 0.0-1.8 ms. What no profile
+holds is the rank's own CPU on quiet cores: beside the loop the loaded rank's process ran 0.77-1.41 times its quiet CPU
+(its threads poll while they wait), and its step less this figure came out -34.5 to +37.0 % of the quiet step, in the same
+order (Spearman 0.89); the same script's quiet step moved up to 29 % between rounds (hvd_simclr 65.6, 84.5 ms).
 For ranks that share cores it also counts the other ranks' work, so the note is given for ranks pinned alone only.
 """
 from __future__ import annotations
@@ -111,9 +117,10 @@ class ForeignRemoval:
                 ", the collectives as profiled (give --profiled-bandwidth to scale their time beyond the wire too)")
         return (f"op times brought to the ranks' own cores' pace: a rank pinned alone to a core waited for it beyond its own "
                 f"threads' CPU (other processes held it; median per profiled step), so its host work is scaled by the share of "
-                f"the core it kept{comm}: {per}; the model {-100 * self.removed:+.1f} %. That wait is the least the others "
-                "took: beside a busy loop a rank's ops ran x2.1-2.3 where it kept 52 % of its core, so a prediction may "
-                "still stand high")
+                f"the core it kept (a Horovod coordinator's negotiations by the least){comm}: {per}; the model "
+                f"{-100 * self.removed:+.1f} %. The rank's own CPU on quiet cores is not in the profile: beside a busy loop a "
+                "loaded rank's process ran 0.77-1.41 times its quiet CPU (its threads poll while they wait), and its step less "
+                "the wait came out -35 to +37 % of its quiet step, so a prediction may stand either side by that much")
 
     @property
     def collectives(self) -> bool:

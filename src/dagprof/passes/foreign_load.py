@@ -5,15 +5,15 @@ on the two-host Horovod testbed a busy loop pinned beside rank 1 for a whole ViT
 2026-12-06, branch hvdload61) held 48 % of its step; its forward ops ran x2.3, its backward x2.1, its enqueue calls x5.8
 and the job's collectives x2.0 (153 against 77 ms a step, the wire unchanged): on a host without an accelerator every
 thread of the rank (the training thread's ops, Horovod's loop, gloo's) runs on that core, and every collective waits on
-its slowest rank's. So a loaded rank's host work, all of it, and the time beyond the wire of the collectives of a job that
-runs them on the host are what the load stretched.
+its slowest rank's. So a loaded rank's host work, all of it, the coordinator's negotiations with it, and the time beyond the
+wire of the collectives of a job that runs them on the host are what the load stretched.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..graph.dag import Graph
-from ..traces.events import Kind
+from ..traces.events import CommRole, Kind
 from .link_fit import medium_equivalent_bytes, priced_comm, priced_world_size
 from .profiler_cost import on_accelerator
 
@@ -32,6 +32,11 @@ def scale_loaded_ranks(g: Graph, factors: dict[int, float]) -> Graph:
     dur, gap = g.dur.copy(), g.gap.copy()
     dur[work] *= per[work]
     gap[host] *= per[host]
+    # Horovod's coordinator (rank 0) agrees each cycle with every rank's background thread: its negotiations end at the
+    # slowest rank's pace, though on the coordinator's lane (beside a busy loop on rank 1's core the ViT's rank 0's 17 a step
+    # took about 61 ms against 26 quiet, and left as profiled they set the removed model's step: hvdlvl62)
+    neg = g.role == int(CommRole.NEGOTIATION)
+    dur[neg] = g.dur[neg] * min(factors.values())
     if collectives_scaled(g):
         comm = np.flatnonzero(priced_comm(g) & (g.dur > 0))
         n = max(priced_world_size(g), 2)
