@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError(
             "the command ran and no rank wrote a profile: the zero-code mode sees only models wrapped in "
             "torch.nn.parallel.DistributedDataParallel, fully_shard (FSDP2), FullyShardedDataParallel (FSDP1) or Horovod's "
-            "DistributedOptimizer (else call dagprof.profile in the script)", out)
+            "DistributedOptimizer (else call dagprof.profile in the script; the composable replicate() runs no forward of its "
+            "own, so its jobs are read from torch.profiler traces: docs/importing.md)", out)
     if code != 0:
         try:
             load(out)
