@@ -18,7 +18,9 @@ pass of every unit that kept its parameters (under gradient accumulation one per
 gathered once, in the first forward): each rank's
 first backward op of the unit in that pass waits as long as that unit's forward all-gather took on it
 (enqueue, transfer, exit lag, copy-out; gloo blocks the thread for the transfer), an approximation that
-keeps the ranks' own skew rather than joining them again.
+keeps the ranks' own skew rather than joining them again. Off also drops a kept unit's forward all-gather where FSDP2
+would find it still gathered (``still_gathered``: a model run forward twice before its backward, a forward-only root).
+On a job of several ``fully_shard`` roots every unit is its own root's, so both directions apply root by root.
 
 The reduce dtype (``set_reduce_dtype``): each reduce-scatter (and HSDP all-reduce) moves its gradients in it.
 """
@@ -136,6 +138,8 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     for c in fsdp_collectives(g):
         if c.kind == CommKind.ALL_GATHER and (at := in_pass.of_collective(c.node, min(issuers(g, c.node))))[1]:
             gathered.setdefault((int(g.step[c.node]), c.unit), []).append(at[0])
+    now_kept = {n for n, u in units.items() if u.resharded_after_forward and not resharded(u, on)}
+    again = still_gathered(g, now_kept)
     for c in fsdp_collectives(g):
         u = units.get(c.unit)
         if c.kind != CommKind.ALL_GATHER or u is None or u.resharded_after_forward == resharded(u, on):
@@ -143,7 +147,8 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         on_here = resharded(u, on)
         batch, forward = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         step = int(g.step[c.node])
-        if not on_here and not forward:  # the backward all-gather of a resharded unit: gone, with its joins and host ops
+        if not on_here and not forward and (c.unit not in again.judged or c.node in again.backward):
+            # the backward all-gather of a resharded unit: gone, with its joins and host ops
             drop[collective_nodes(g, c.node)] = True
             for r in issuers(g, c.node):
                 drop[gather_host_nodes(g, c.node, r)[0]] = True
@@ -165,8 +170,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
                         passes[b] = v
                 for first in passes.values():
                     dur[first] += cost
-    now_kept = {n for n, u in units.items() if u.resharded_after_forward and not resharded(u, on)}
-    for node, unit in still_gathered(g, now_kept):  # a forward's all-gather of a unit no backward resharded since: none
+    for node, unit in again.forward:  # a forward's all-gather of a unit no backward resharded since: none
         drop[collective_nodes(g, node)] = True
         for r, issue in issuers(g, node).items():
             drop[gather_host_nodes(g, node, r, path=False)[0]] = True
@@ -181,42 +185,54 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     return without_nodes(g.replace(dur=dur, gap=gap, meta=meta), drop, g.nbytes, {})
 
 
-def still_gathered(g: Graph, kept: set[str]) -> list[tuple[int, str]]:
-    """The forward all-gathers (shared nodes) of the units ``kept`` gathered after forward that would find their unit
-    still gathered: FSDP2 skips the all-gather of a unit already unsharded (``FSDPParamGroup.unshard``), and a kept unit
-    is sharded again only by a post-backward or the user's own ``reshard()`` ("fsdp reshard U (backward)"). So a model
-    run forward twice before its backward (a GAN's discriminator on real and fake samples, DINO's student per crop size)
-    gathers once, and a forward-only root (an EMA teacher under ``no_grad``) never again. Read on the lowest rank in
-    program order over the window, started from the state its end leaves (the steps repeat)."""
+@dataclasses.dataclass(frozen=True)
+class Regathers:
+    """``still_gathered``'s answer: the all-gathers that would find their kept unit gathered (forward: (node, unit);
+    backward: nodes), among the units whose reshards the profile records (``judged``)."""
+
+    forward: list[tuple[int, str]]
+    backward: set[int]
+    judged: set[str]
+
+
+def still_gathered(g: Graph, kept: set[str]) -> Regathers:
+    """The all-gathers (shared nodes) of the units ``kept`` gathered after forward that would find their unit still
+    gathered: FSDP2 skips the all-gather of a unit already unsharded (``FSDPParamGroup.unshard``), and a kept unit is
+    sharded again only by a post-backward or the user's own ``reshard()`` ("fsdp reshard U (backward)"). So a model run
+    forward twice before its backward (a GAN's discriminator on real and fake samples, DINO's student per crop size)
+    gathers once in forward and again in backward after its first branch's post-backward, and a forward-only root (an
+    EMA teacher under ``no_grad``) never again. Read on the lowest rank in program order over the window, started from
+    the state its end leaves (the steps repeat). FSDP1, or a unit whose reshards the profile does not record: not judged."""
+    none = Regathers([], set(), set())
     if not kept or g.meta.fsdp.api != FSDP2_API:
-        return []
-    events = []  # (order, unit, node): node >= 0 an all-gather in forward, -1 the unit resharded
+        return none
+    events = []  # (order, unit, node): node >= 0 an all-gather, -1 the unit resharded after a backward
     for c in fsdp_collectives(g):
         if c.kind == CommKind.ALL_GATHER and c.unit in kept:
             r, issue = min(issuers(g, c.node).items())
             events.append((r, float(g.order[issue]), c.unit, c.node))
     if not events:
-        return []
+        return none
     r0 = min(e[0] for e in events)
     events = [e[1:] for e in events if e[0] == r0]
     for v in np.flatnonzero(g.rank == r0).tolist():
         if (m := _BACKWARD_RESHARD.search(g.node_name(v))) and m.group(1) in kept:
             events.append((float(g.order[v]), m.group(1), -1))
-    told = {unit for _, unit, node in events if node < 0} | {m.group(1) for name in g.names if (m := _FORWARD_RESHARD.search(name))}
-    events = sorted(e for e in events if e[1] in told)  # a unit whose reshards the profile does not record: as before
+    judged = {unit for _, unit, node in events if node < 0} | {m.group(1) for name in g.names if (m := _FORWARD_RESHARD.search(name))}
+    events = sorted(e for e in events if e[1] in judged)
     in_pass = Passes(g)
-    forward = {node for _, _, node in events if node >= 0 and in_pass.of_collective(node, r0)[1]}
     gathered = {u: False for u in kept}
-    out: list[tuple[int, str]] = []
+    out = Regathers([], set(), judged & kept)
     for lap in range(2):
         for _, unit, node in events:
             if node < 0:
                 gathered[unit] = False
-            elif gathered[unit]:
-                if lap and node in forward:
-                    out.append((node, unit))
-            else:
+            elif not gathered[unit]:
                 gathered[unit] = True
+            elif lap and in_pass.of_collective(node, r0)[1]:
+                out.forward.append((node, unit))
+            elif lap:
+                out.backward.add(node)
     return out
 
 
