@@ -202,9 +202,11 @@ def still_gathered(g: Graph, kept: set[str]) -> Regathers:
     forward twice before its backward (a GAN's discriminator on real and fake samples, DINO's student per crop size)
     gathers once in forward and again in backward after its first branch's post-backward, and a forward-only root (an
     EMA teacher under ``no_grad``) never again. Read on the lowest rank in program order over the window, started from
-    the state its end leaves (the steps repeat). FSDP1, or a unit whose reshards the profile does not record: not judged."""
+    the state its end leaves (the steps repeat). FSDP1, or a unit whose reshards the profile does not record: not judged.
+    Judged on jobs of several roots only: on 14 vendored single-root FSDP2 profiles it moves ``off`` (+2 to +12 %), which
+    no measured job has judged yet (``roots62`` in docs/evidence.md)."""
     none = Regathers([], set(), set())
-    if not kept or g.meta.fsdp.api != FSDP2_API:
+    if not kept or g.meta.fsdp.api != FSDP2_API or len({u.root for u in g.meta.fsdp.units}) < 2:
         return none
     events = []  # (order, unit, node): node >= 0 an all-gather, -1 the unit resharded after a backward
     for c in fsdp_collectives(g):
