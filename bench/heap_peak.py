@@ -77,6 +77,17 @@ def tensor_bytes(model: Any, opt: Any, ddp: bool) -> int:
     return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets
 
 
+class Optimizers:
+    """Several optimizers as one for ``StepPeaks`` (a job of two models: a GAN's, an actor's and a critic's): their state."""
+
+    def __init__(self, *opts: Any) -> None:
+        self.opts = opts
+
+    @property
+    def state(self) -> dict:
+        return {k: v for o in self.opts for k, v in o.state.items()}
+
+
 class StepPeaks:
     """A script's ``--memory FILE``: ``with peaks.step():`` around each training step (nothing without a file), then
     ``peaks.save(rank)`` writes each step's peak to ``FILE.<rank>`` as ``{"step_peak_bytes": [...]}``."""

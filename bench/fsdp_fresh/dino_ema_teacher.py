@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -64,10 +66,10 @@ class ViT(nn.Module):
         return self.last(F.normalize(self.head(self.norm(h[:, 0])), dim=-1))
 
 
-def shard(model: ViT) -> ViT:
+def shard(model: ViT, reshard: bool | None) -> ViT:
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, reshard_after_forward=reshard)
+    fully_shard(model, reshard_after_forward=reshard)
     return model
 
 
@@ -94,51 +96,62 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--local-crops", type=int, default=4)
     p.add_argument("--freeze-last", type=int, default=3)
+    p.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
+    p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
+    reshard = None if args.reshard is None else args.reshard == "on"
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     student, teacher = ViT(), ViT()
     teacher.load_state_dict(student.state_dict())
     teacher.requires_grad_(False)
-    student, teacher = shard(student), shard(teacher)
+    student, teacher = shard(student, reshard), shard(teacher, reshard)
     decay = [q for n, q in student.named_parameters() if q.ndim > 1]
     no_decay = [q for n, q in student.named_parameters() if q.ndim <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.04}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4)
     last = [q for n, q in student.named_parameters() if n.startswith("last.")]
     center = torch.zeros(1, 512)
     g = torch.Generator().manual_seed(7 + rank)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, nn.ModuleList([student, teacher]), opt)
     times = []
     for step in range(args.steps):
         t0 = time.perf_counter()
-        images = torch.rand(args.batch, 3, 48, 48, generator=g)
-        global_views = crops(g, images, 32, 2)
-        with torch.no_grad():
-            t_out = teacher(global_views)
-        teacher.reshard()  # FSDP2 keeps the root's parameters unsharded after a forward (backward would need them)
-        s_out = student(global_views)
-        if args.local_crops:
-            s_out = torch.cat([s_out, student(crops(g, images, 16, args.local_crops))])
-        loss = dino_loss(s_out, t_out, center, 2)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if step < args.freeze_last:
-            for q in last:
-                q.grad = None
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 3.0)
-        opt.step()
-        with torch.no_grad():
-            m = 1 - (1 - 0.996) * (math.cos(math.pi * step / args.steps) + 1) / 2
-            t_local = [q.to_local() if isinstance(q, DTensor) else q for q in teacher.parameters()]
-            s_local = [q.to_local() if isinstance(q, DTensor) else q for q in student.parameters()]
-            torch._foreach_mul_(t_local, m)
-            torch._foreach_add_(t_local, s_local, alpha=1 - m)
-            batch_center = t_out.sum(0, keepdim=True)
-            dist.all_reduce(batch_center)
-            center = center * 0.9 + batch_center / (len(t_out) * dist.get_world_size()) * 0.1
+        with peaks.step():
+            images = torch.rand(args.batch, 3, 48, 48, generator=g)
+            global_views = crops(g, images, 32, 2)
+            with torch.no_grad():
+                t_out = teacher(global_views)
+            teacher.reshard()  # FSDP2 keeps the root's parameters unsharded after a forward (backward would need them)
+            if reshard is False:  # every unit kept unsharded after its no-grad forward: the EMA below needs their shards
+                for block in teacher.blocks:
+                    block.reshard()
+            s_out = student(global_views)
+            if args.local_crops:
+                s_out = torch.cat([s_out, student(crops(g, images, 16, args.local_crops))])
+            loss = dino_loss(s_out, t_out, center, 2)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if step < args.freeze_last:
+                for q in last:
+                    q.grad = None
+            torch.nn.utils.clip_grad_norm_(student.parameters(), 3.0)
+            opt.step()
+            with torch.no_grad():
+                m = 1 - (1 - 0.996) * (math.cos(math.pi * step / args.steps) + 1) / 2
+                t_local = [q.to_local() if isinstance(q, DTensor) else q for q in teacher.parameters()]
+                s_local = [q.to_local() if isinstance(q, DTensor) else q for q in student.parameters()]
+                torch._foreach_mul_(t_local, m)
+                torch._foreach_add_(t_local, s_local, alpha=1 - m)
+                batch_center = t_out.sum(0, keepdim=True)
+                dist.all_reduce(batch_center)
+                center = center * 0.9 + batch_center / (len(t_out) * dist.get_world_size()) * 0.1
         if rank == 0 and step % 4 == 0:
             print(f"step {step} loss {loss.item():.4f} momentum {m:.4f}", flush=True)
         times.append(time.perf_counter() - t0)
+    peaks.save(rank)
     if rank == 0 and len(times) > 4:
         print(f"median step {statistics.median(times[3:]) * 1e3:.1f} ms", flush=True)
     dist.destroy_process_group()

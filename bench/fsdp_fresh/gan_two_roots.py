@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -26,10 +27,10 @@ def mlp(sizes: list[int], last: nn.Module | None) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def shard(model: nn.Sequential) -> None:
+def shard(model: nn.Sequential, reshard: bool) -> None:
     for block in model:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, reshard_after_forward=reshard)
+    fully_shard(model, reshard_after_forward=reshard)
 
 
 def main() -> None:
@@ -38,7 +39,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--late-disc", action="store_true", help="shard the discriminator after the generator's first forward")
+    ap.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
+    ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
+    reshard = None if args.reshard is None else args.reshard == "on"
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     gen = mlp([32, args.width, args.width, args.width, 64], nn.Tanh())
@@ -46,28 +50,33 @@ def main() -> None:
     bce = nn.BCEWithLogitsLoss()
     g = torch.Generator().manual_seed(1 + int(os.environ.get("RANK", "0")))
     for model in (gen,) if args.late_disc else (gen, disc):
-        shard(model)
+        shard(model, reshard)
     if args.late_disc:  # a habit: the second model built (or sharded) after a first forward of the first
         gen(torch.randn(2, 32, generator=g))
-        shard(disc)
+        shard(disc, reshard)
     opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import Optimizers, StepPeaks
+    peaks = StepPeaks(args.memory, nn.ModuleList([gen, disc]), Optimizers(opt_g, opt_d))
     times = []
     for step in range(args.steps):
         t0 = time.perf_counter()
-        real = torch.randn(args.batch, 64, generator=g).tanh()
-        fake = gen(torch.randn(args.batch, 32, generator=g))
-        loss_d = bce(disc(real), torch.ones(args.batch, 1)) + bce(disc(fake.detach()), torch.zeros(args.batch, 1))
-        opt_d.zero_grad()
-        loss_d.backward()
-        opt_d.step()
-        loss_g = bce(disc(fake), torch.ones(args.batch, 1))
-        opt_g.zero_grad()
-        loss_g.backward()
-        opt_g.step()
+        with peaks.step():
+            real = torch.randn(args.batch, 64, generator=g).tanh()
+            fake = gen(torch.randn(args.batch, 32, generator=g))
+            loss_d = bce(disc(real), torch.ones(args.batch, 1)) + bce(disc(fake.detach()), torch.zeros(args.batch, 1))
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
+            loss_g = bce(disc(fake), torch.ones(args.batch, 1))
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
         times.append(time.perf_counter() - t0)
         if dist.get_rank() == 0 and step % 4 == 0:
             print(f"step {step} loss_d {loss_d.item():.4f} loss_g {loss_g.item():.4f}")
+    peaks.save(dist.get_rank())
     if dist.get_rank() == 0:
         print(f"median step {sorted(times)[len(times) // 2] * 1e3:.1f} ms")
     dist.destroy_process_group()

@@ -100,17 +100,22 @@ class FsdpCollectiveNode:
 
 def refuse_untimed_roots(g: Graph, what: str) -> None:
     """One line where ``what`` re-lays units and some are another ``fully_shard`` root's, whose compute no layer holds
-    (``FsdpGraphUnit.untimed_root``; their names may repeat the profiled model's): not modelled."""
-    units = g.meta.fsdp.units if is_fsdp_graph(g) else []
-    if any(u.root for u in units):
-        raise DagprofError(f"{what}: this job has {len({u.root for u in units})} fully_shard roots (a GAN's two models, a "
-                           "teacher beside a student): re-laying units is modelled for one root; modelled: --bandwidth, --latency, "
-                           "--compute-speed, --workers, --reduce-dtype")
-    foreign = [u for u in units if u.untimed_root]
+    (``FsdpGraphUnit.untimed_root``; their names may repeat the profiled model's): not modelled. Units of roots timed
+    beside the first (``FsdpGraphUnit.root``) are re-laid within their own root."""
+    foreign = [u for u in g.meta.fsdp.units if u.untimed_root] if is_fsdp_graph(g) else []
     if foreign:
         raise DagprofError(f"{what}: {len(foreign)} FSDP units belong to a fully_shard root besides the profiled model "
                            f"({', '.join(sorted({u.untimed_root for u in foreign}))}) whose layers were not timed: re-laying units "
                            "is not modelled for it; modelled: --bandwidth, --latency, --compute-speed, --workers, --reduce-dtype")
+
+
+def refuse_several_roots(g: Graph, what: str, why: str) -> None:
+    """One line where ``what`` cannot be answered root by root on a job of several timed ``fully_shard`` roots: ``why``."""
+    roots = {u.root for u in g.meta.fsdp.units} if is_fsdp_graph(g) else set()
+    if len(roots) > 1:
+        raise DagprofError(f"{what}: this job has {len(roots)} fully_shard roots (a GAN's two models, a teacher beside a "
+                           f"student): {why}; modelled on it: --bandwidth, --latency, --compute-speed, --workers, --reduce-dtype, "
+                           "--reshard-after-forward, --units")
 
 
 def refuse_post_forward(g: Graph, what: str, units: list[str] | None = None) -> None:

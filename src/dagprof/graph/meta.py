@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DagprofError
-from ..traces.run_schema import FSDP2_API, ZeroInfo
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, ZeroInfo
 from ..units import count
 
 if TYPE_CHECKING:
@@ -75,6 +75,12 @@ class FsdpGraphUnit:
     offload: bool = False  # FsdpUnit.offload: CPUOffloadPolicy
     untimed_root: str = ""  # FsdpUnit.untimed_root (``traces.fsdp_run.untimed_roots``): another root's unit, its compute in no layer
     root: int = 0  # FsdpUnit.root: k > 0, a unit of another fully_shard root timed beside the first
+
+    @property
+    def is_root(self) -> bool:
+        """Whether this is a ``fully_shard`` root's own unit: the first root's ``FSDP_ROOT``, another root's named by its
+        layers' prefix alone (``FSDPViT1``; its inner units ``FSDPViT1.blocks.0``)."""
+        return self.name == FSDP_ROOT or (self.root > 0 and "." not in self.name)
 
     @property
     def grad_numel(self) -> int:

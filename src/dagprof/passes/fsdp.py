@@ -18,7 +18,9 @@ pass of every unit that kept its parameters (under gradient accumulation one per
 gathered once, in the first forward): each rank's
 first backward op of the unit in that pass waits as long as that unit's forward all-gather took on it
 (enqueue, transfer, exit lag, copy-out; gloo blocks the thread for the transfer), an approximation that
-keeps the ranks' own skew rather than joining them again.
+keeps the ranks' own skew rather than joining them again. Off also drops a kept unit's forward all-gather where FSDP2
+would find it still gathered (``still_gathered``: a model run forward twice before its backward, a forward-only root).
+On a job of several ``fully_shard`` roots every unit is its own root's, so both directions apply root by root.
 
 The reduce dtype (``set_reduce_dtype``): each reduce-scatter (and HSDP all-reduce) moves its gradients in it.
 """
@@ -36,7 +38,7 @@ from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP1_API, FSDP_ROOT
+from ..traces.run_schema import FSDP1_API, FSDP2_API, FSDP_ROOT
 from ..units import KB, count
 from .comm import current_topology, retime_collectives
 from .fsdp_units import collective_nodes, without_nodes
@@ -98,6 +100,8 @@ def resharded(u: FsdpGraphUnit, reshard: Reshard | None) -> bool:
     return reshard if isinstance(reshard, bool) else reshard.get(u.name, u.resharded_after_forward)
 
 
+_FORWARD_RESHARD = re.compile(r"^rank\d+\.fsdp reshard (.+) \(forward\)$")
+_BACKWARD_RESHARD = re.compile(r"^rank\d+\.fsdp reshard (.+) \(backward\)$")  # after a backward, or the user's own reshard()
 _COPY_OR_RESHARD = re.compile(r"fsdp (?:copy-out|reshard) .+ \((?:forward|backward)\)$")
 
 
@@ -105,7 +109,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     """What if every unit's ``reshard_after_forward`` were ``on``, passed explicitly (the root's too: on gathers it again
     at backward's start where it was kept), or, given a mapping, each unit it names
     (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
-    refuse_untimed_roots(g, "--reshard-after-forward")
+    refuse_untimed_roots(g, "--reshard-after-forward")  # several timed roots: each unit's as it ran (``still_gathered``)
     units = {u.name: u for u in g.meta.fsdp.units}
     if g.meta.fsdp.api == FSDP1_API:  # FSDP1 never frees its root after forward (``_post_forward_reshard``), FULL_SHARD or not
         on = {n: False if n == FSDP_ROOT else (on if isinstance(on, bool) else on.get(n, units[n].resharded_after_forward))
@@ -134,6 +138,8 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     for c in fsdp_collectives(g):
         if c.kind == CommKind.ALL_GATHER and (at := in_pass.of_collective(c.node, min(issuers(g, c.node))))[1]:
             gathered.setdefault((int(g.step[c.node]), c.unit), []).append(at[0])
+    now_kept = {n for n, u in units.items() if u.resharded_after_forward and not resharded(u, on)}
+    again = still_gathered(g, now_kept)
     for c in fsdp_collectives(g):
         u = units.get(c.unit)
         if c.kind != CommKind.ALL_GATHER or u is None or u.resharded_after_forward == resharded(u, on):
@@ -141,7 +147,8 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         on_here = resharded(u, on)
         batch, forward = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         step = int(g.step[c.node])
-        if not on_here and not forward:  # the backward all-gather of a resharded unit: gone, with its joins and host ops
+        if not on_here and not forward and (c.unit not in again.judged or c.node in again.backward):
+            # the backward all-gather of a resharded unit: gone, with its joins and host ops
             drop[collective_nodes(g, c.node)] = True
             for r in issuers(g, c.node):
                 drop[gather_host_nodes(g, c.node, r)[0]] = True
@@ -163,9 +170,72 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
                         passes[b] = v
                 for first in passes.values():
                     dur[first] += cost
+    for node, unit in again.forward:  # a forward's all-gather of a unit no backward resharded since: none
+        drop[collective_nodes(g, node)] = True
+        for r, issue in issuers(g, node).items():
+            drop[gather_host_nodes(g, node, r, path=False)[0]] = True
+            copy = [v for v in by_name.get((int(g.step[node]), f"fsdp copy-out {unit} (forward)"), [])
+                    if int(g.rank[v]) == r and g.order[v] > g.order[issue]]
+            drop[min(copy, key=lambda v: float(g.order[v]), default=[])] = True
+    for (_, name), vs in by_name.items():  # a kept unit's reshard after forward returns at once (``FSDPParamGroup.reshard``)
+        if name.startswith("fsdp reshard ") and name.endswith(" (forward)") and name[13:-10] in now_kept:
+            drop[vs] = True
     fs = g.meta.fsdp
     meta = g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, resharded_after_forward=resharded(u, on)) for u in fs.units]))
     return without_nodes(g.replace(dur=dur, gap=gap, meta=meta), drop, g.nbytes, {})
+
+
+@dataclasses.dataclass(frozen=True)
+class Regathers:
+    """``still_gathered``'s answer: the all-gathers that would find their kept unit gathered (forward: (node, unit);
+    backward: nodes), among the units whose reshards the profile records (``judged``)."""
+
+    forward: list[tuple[int, str]]
+    backward: set[int]
+    judged: set[str]
+
+
+def still_gathered(g: Graph, kept: set[str]) -> Regathers:
+    """The all-gathers (shared nodes) of the units ``kept`` gathered after forward that would find their unit still
+    gathered: FSDP2 skips the all-gather of a unit already unsharded (``FSDPParamGroup.unshard``), and a kept unit is
+    sharded again only by a post-backward or the user's own ``reshard()`` ("fsdp reshard U (backward)"). So a model run
+    forward twice before its backward (a GAN's discriminator on real and fake samples, DINO's student per crop size)
+    gathers once in forward and again in backward after its first branch's post-backward, and a forward-only root (an
+    EMA teacher under ``no_grad``) never again. Read on the lowest rank in program order over the window, started from
+    the state its end leaves (the steps repeat). FSDP1, or a unit whose reshards the profile does not record: not judged.
+    Judged on jobs of several roots only: on 14 vendored single-root FSDP2 profiles it moves ``off`` (+2 to +12 %), which
+    no measured job has judged yet (``roots62`` in docs/evidence.md)."""
+    none = Regathers([], set(), set())
+    if not kept or g.meta.fsdp.api != FSDP2_API or len({u.root for u in g.meta.fsdp.units}) < 2:
+        return none
+    events = []  # (order, unit, node): node >= 0 an all-gather, -1 the unit resharded after a backward
+    for c in fsdp_collectives(g):
+        if c.kind == CommKind.ALL_GATHER and c.unit in kept:
+            r, issue = min(issuers(g, c.node).items())
+            events.append((r, float(g.order[issue]), c.unit, c.node))
+    if not events:
+        return none
+    r0 = min(e[0] for e in events)
+    events = [e[1:] for e in events if e[0] == r0]
+    for v in np.flatnonzero(g.rank == r0).tolist():
+        if (m := _BACKWARD_RESHARD.search(g.node_name(v))) and m.group(1) in kept:
+            events.append((float(g.order[v]), m.group(1), -1))
+    judged = {unit for _, unit, node in events if node < 0} | {m.group(1) for name in g.names if (m := _FORWARD_RESHARD.search(name))}
+    events = sorted(e for e in events if e[1] in judged)
+    in_pass = Passes(g)
+    gathered = {u: False for u in kept}
+    out = Regathers([], set(), judged & kept)
+    for lap in range(2):
+        for _, unit, node in events:
+            if node < 0:
+                gathered[unit] = False
+            elif not gathered[unit]:
+                gathered[unit] = True
+            elif lap and in_pass.of_collective(node, r0)[1]:
+                out.forward.append((node, unit))
+            elif lap:
+                out.backward.add(node)
+    return out
 
 
 def gather_host_nodes(g: Graph, node: int, rank: int, path: bool = True) -> tuple[list[int], list[int]]:

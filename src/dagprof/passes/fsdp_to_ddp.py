@@ -20,7 +20,7 @@ import numpy as np
 
 from ..costmodel.fsdp_costs import FsdpCosts, optimizer_ratio
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, refuse_untimed_roots, step_size
+from ..graph.build_fsdp import fsdp_collectives, refuse_several_roots, refuse_untimed_roots, step_size
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import CommKind, Kind
 from ..traces.run_schema import FSDP1_API, FSDP_ROOT
@@ -53,6 +53,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float | None = None, costs: FsdpCosts | Non
     to +7.3 % (they were +11.1 % at most). What stays high: the calibrated DTensor-to-plain ratio put the transformer's
     step 2-5 ms above DDP's, and the transformer's FSDP layers ran their backward 3 ms slower than DDP's."""
     refuse_untimed_roots(g, "--data-parallel ddp")
+    refuse_several_roots(g, "--data-parallel ddp", "DDP gives each model its own reducer and buckets (a forward-only one "
+                         "none), and this conversion lays one model's buckets")
     fs = g.meta.fsdp
     n = graph_world_size(g)
     fcs = {c.node: c for c in fsdp_collectives(g)}

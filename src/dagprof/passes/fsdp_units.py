@@ -32,7 +32,6 @@ from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers,
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
-from ..traces.run_schema import FSDP_ROOT
 from .comm import current_topology, retime_collectives
 
 _MERGE = re.compile(r"merge:(all|[1-9][0-9]*)")
@@ -52,18 +51,22 @@ def parse_units(text: str) -> str:
 
 
 def unit_groups(g: Graph, spec: str) -> list[list[str]]:
-    """The profiled units in groups (each in forward order; singletons stay), in the order of ``meta.fsdp.units``."""
+    """The profiled units in groups (each in forward order; singletons stay), in the order of ``meta.fsdp.units``. On a
+    job of several ``fully_shard`` roots each root's units are grouped within it (``merge:all``: one unit a root); a
+    named group across roots is refused: one ``fully_shard`` call cannot take modules of two models."""
     if not is_fsdp_graph(g):
         raise DagprofError("--units is an FSDP what-if; this profile is not an FSDP job")
     refuse_untimed_roots(g, f"--units {spec}")
-    names = [u.name for u in g.meta.fsdp.units]
-    inner = [n for n in names if n != FSDP_ROOT]
+    units = g.meta.fsdp.units
+    names = [u.name for u in units]
+    root_of = {u.name: u.root for u in units}
+    inner = {r: [u.name for u in units if u.root == r and not u.is_root] for r in sorted(set(root_of.values()))}
     m = _MERGE.fullmatch(spec)
     if m and m.group(1) == "all":
-        return [names]
-    if m:
+        groups = [[n for n in names if root_of[n] == r] for r in inner]
+    elif m:
         k = int(m.group(1))
-        groups = [[n] for n in names if n == FSDP_ROOT] + [inner[i:i + k] for i in range(0, len(inner), k)]
+        groups = [[u.name] for u in units if u.is_root] + [ns[i:i + k] for ns in inner.values() for i in range(0, len(ns), k)]
     else:
         asked = [grp.split("+") for grp in spec.split("/")]
         flat = [n for grp in asked for n in grp]
@@ -73,17 +76,21 @@ def unit_groups(g: Graph, spec: str) -> list[list[str]]:
         if len(set(flat)) != len(flat):
             raise DagprofError(f"--units {spec}: a unit is named twice")
         for grp in asked:
-            pos = sorted(inner.index(n) for n in grp if n != FSDP_ROOT)
+            if len({root_of[n] for n in grp}) > 1:
+                raise DagprofError(f"--units {spec}: {'+'.join(grp)} joins units of two fully_shard roots (two models); "
+                                   "units merge within their own root only")
+            ns = inner[root_of[grp[0]]]
+            pos = sorted(ns.index(n) for n in grp if n in ns)
             if pos and pos != list(range(pos[0], pos[0] + len(pos))):
-                raise DagprofError(f"--units {spec}: {'+'.join(grp)} are not adjacent in forward order ({', '.join(inner)})")
+                raise DagprofError(f"--units {spec}: {'+'.join(grp)} are not adjacent in forward order ({', '.join(ns)})")
         groups = [sorted(grp, key=names.index) for grp in asked] + [[n] for n in names if n not in flat]
     return sorted(groups, key=lambda grp: names.index(grp[0]))
 
 
-def group_name(members: list[str]) -> str:
-    """A merged unit's name: the root's when it is a member (the memory model treats the root apart), else the members'
-    joined by ", ", as FSDP names a unit of several modules (``fully_shard([a, b])``) and the profile records it."""
-    return FSDP_ROOT if FSDP_ROOT in members else ", ".join(members)
+def group_name(members: list[FsdpGraphUnit]) -> str:
+    """A merged unit's name: its root unit's where one is a member (the memory model treats a root apart), else the
+    members' joined by ", ", as FSDP names a unit of several modules (``fully_shard([a, b])``) and the profile records it."""
+    return next((u.name for u in members if u.is_root), ", ".join(u.name for u in members))
 
 
 def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
@@ -92,15 +99,16 @@ def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
     out = []
     for grp in groups:
         us = [by[n] for n in grp]
-        if len({u.resharded_after_forward for u in us}) > 1 and not (FSDP_ROOT in grp and not by[FSDP_ROOT].resharded_after_forward):
+        root = next((u for u in us if u.is_root), None)
+        if len({u.resharded_after_forward for u in us}) > 1 and not (root is not None and not root.resharded_after_forward):
             kept = [u.name for u in us if not u.resharded_after_forward]
             raise DagprofError(f"--units: {'+'.join(grp)} mixes units that reshard after forward and units that keep their "
                                f"parameters ({', '.join(kept)}); merging those is not modelled")
         if len({(u.param_dtype, u.reduce_dtype, tuple(u.mesh)) for u in us}) > 1:
             raise DagprofError(f"--units: {'+'.join(grp)} mixes units of other dtypes or meshes; merging those is not modelled")
-        first = by[FSDP_ROOT] if FSDP_ROOT in grp else us[0]
+        first = root if root is not None else us[0]
         layers = [name for u in us for name in u.layers]
-        out.append(dataclasses.replace(first, name=group_name(grp), numel=sum(u.numel for u in us),
+        out.append(dataclasses.replace(first, name=group_name(us), numel=sum(u.numel for u in us),
                                        shard_bytes=sum(u.shard_bytes for u in us), layers=layers, tensors=sum(u.tensors for u in us),
                                        frozen_numel=sum(u.frozen_numel for u in us), frozen_tensors=sum(u.frozen_tensors for u in us)))
     return out
@@ -119,7 +127,8 @@ def merge_units(g: Graph, spec: str) -> Graph:
         return g
     refuse_post_forward(g, f"--units {spec}", [n for grp in groups if len(grp) > 1 for n in grp])
     units = merged_units(g, groups)
-    group_of = {n: group_name(grp) for grp in groups for n in grp}
+    by = {u.name: u for u in g.meta.fsdp.units}
+    group_of = {n: group_name([by[m] for m in grp]) for grp in groups for n in grp}
     merged = {n for grp in groups if len(grp) > 1 for n in grp}
     # members that resharded, merged into a root that kept its parameters after forward, keep them too: no backward all-gather
     now_kept = {u.name for u in g.meta.fsdp.units if u.name in merged and u.resharded_after_forward

@@ -19,7 +19,7 @@ from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
 from ..passes.fsdp_mesh import workers_mesh
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ..traces.run_schema import FSDP2_API, LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
 
 # what a profile that did not name the gathered parameters among a layer's saved tensors (an older dagprof; FSDP1 before
@@ -187,7 +187,7 @@ class _Job:
         # recomputed input, the gathered features of both ends of every edge)
         self.recomputed = {n: float(b) for n, b in (fs.layer_input_bytes or {}).items() if n in recomputed and not fs.layer_saved_bytes.get(n)}
         self.forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]  # the layers as forward first ran them
-        self.root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
+        self.root = [i for i, u in enumerate(units) if u.is_root]  # each fully_shard root's own unit
         self.others = [i for i in range(len(units)) if i not in self.root]  # forward order of the inner units (as recorded)
         inner = {n for i in self.others for n in units[i].layers}
         last_inner = max((k for k, n in enumerate(g.layers) if n in inner), default=-1)
@@ -469,7 +469,7 @@ def between_units(fs: FsdpRecord) -> list[float]:
     (``unit_saved_outside_bytes``; a merged unit's, its members' together). All 0 where the profile did not record them, or
     for a unit the profile did not run as one (``whatif --units split``): those stay in what is kept to the step's end."""
     rec = fs.unit_saved_outside_bytes or {}
-    return [0.0 if u.name == FSDP_ROOT else float(sum(rec.get(m, 0) for m in u.name.split(", "))) for u in fs.units]
+    return [0.0 if u.is_root else float(sum(rec.get(m, 0) for m in u.name.split(", "))) for u in fs.units]
 
 
 def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBreakdown]:

@@ -35,7 +35,7 @@ from ..analysis import job_iteration_us
 from ..analysis.interval import PredictionInterval, StepStatistic, link_residuals, predict_interval
 from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strategy
 from ..errors import DagprofError
-from ..graph.build_fsdp import refuse_untimed_roots
+from ..graph.build_fsdp import refuse_several_roots, refuse_untimed_roots
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, set_topology
 from ..passes.fsdp import reshard_change, resharded, set_reduce_dtype, set_reshard
@@ -219,6 +219,8 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     there are at most ``exhaustive``."""
     t0 = time.perf_counter()
     refuse_untimed_roots(g, "the search of reshard, units and reduce dtype")
+    refuse_several_roots(g, "the search of reshard, units and reduce dtype", "its strategy is deployed by dagprof.apply on one "
+                         "fully_shard root (whatif --reshard-after-forward or --units prices a setting of this job)")
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)

@@ -43,7 +43,7 @@ from ..progress import progress
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT
+from ..traces.run_schema import FSDP2_API
 from ..units import MB, count, figure
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note
 from .memory import autograd_host
@@ -274,7 +274,7 @@ def row_note(g0: Graph, s: Scenario) -> str | None:
     (``set_reshard``), which its cell alone does not tell."""
     if s.reshard_after_forward is not True or s.data_parallel is not None or not is_fsdp_graph(g0) or g0.meta.fsdp.api != FSDP2_API:
         return None
-    if not any(u.name == FSDP_ROOT and not u.resharded_after_forward for u in g0.meta.fsdp.units):
+    if not any(u.is_root and not u.resharded_after_forward for u in g0.meta.fsdp.units):
         return None
     return "on reshards the root unit too, which the profile kept gathered after forward (fully_shard's default)"
 

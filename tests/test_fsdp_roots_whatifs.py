@@ -1,0 +1,84 @@
+"""What-ifs that re-lay FSDP units on a job of several timed ``fully_shard`` roots (DINO's trained student beside its
+forward-only EMA teacher; a GAN's generator and discriminator): each root's units are re-laid within that root, a
+forward-only root keeps FSDP2's rules for it, and what is not modelled root by root is refused in one line."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import fsdp_collectives
+from dagprof.passes.fsdp import set_reshard
+from dagprof.passes.fsdp_units import merge_units, unit_groups
+from dagprof.search.fsdp_memory import fsdp_peak
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import CommKind
+from dagprof.traces.run_schema import FSDP_ROOT
+
+DINO, GAN = DATA / "fsdp-fresh" / "dino-both", DATA / "fsdp-fresh" / "gan-roots"
+
+
+@pytest.fixture(scope="module")
+def dino():
+    return build_graph(read_run(DINO))
+
+
+@pytest.fixture(scope="module")
+def gan():
+    return build_graph(read_run(GAN))
+
+
+def _gathers(g) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in fsdp_collectives(g):
+        if c.kind == CommKind.ALL_GATHER:
+            out[c.unit] = out.get(c.unit, 0) + 1
+    return out
+
+
+def test_each_roots_own_unit_is_a_root(dino, gan):
+    assert [u.name for u in dino.meta.fsdp.units if u.is_root] == [FSDP_ROOT, "FSDPViT1"]
+    assert not [u for u in gan.meta.fsdp.units if u.is_root]  # nn.Sequential roots with no parameters of their own
+
+
+def test_units_merge_within_their_root_only(dino, gan):
+    assert unit_groups(gan, "merge:2") == [["0", "1"], ["2", "3"], ["FSDPSequential1.0", "FSDPSequential1.1"], ["FSDPSequential1.2"]]
+    assert unit_groups(dino, "merge:all") == [[u.name for u in dino.meta.fsdp.units[:5]], [u.name for u in dino.meta.fsdp.units[5:]]]
+    with pytest.raises(DagprofError, match="joins units of two fully_shard roots"):
+        unit_groups(gan, "3+FSDPSequential1.0")
+    merged = merge_units(dino, "merge:all")
+    assert [u.name for u in merged.meta.fsdp.units] == [FSDP_ROOT, "FSDPViT1"]
+    # one all-gather a forward (and per backward pass) of each root, as fully_shard on each root alone runs
+    assert set(_gathers(merged)) == {FSDP_ROOT, "FSDPViT1"}
+
+
+def test_reshard_off_gathers_as_fsdp2_would(dino, gan):
+    """FSDP2 skips the all-gather of a unit still unsharded: the EMA teacher has no backward to reshard it, so kept, its
+    blocks are never gathered again (its root, resharded by the user's ``teacher.reshard()`` each step, still is); the
+    student run forward per crop size gathers once in forward and once more in backward, after its first branch's
+    post-backward resharded it; the discriminator (forward on real and fake, then on fake again) 3 times a step. The
+    counts a profile of each job run with ``reshard_after_forward=False`` recorded (``roots62`` in docs/evidence.md)."""
+    steps = len(dino.meta.steps)
+    before, after = _gathers(dino), _gathers(set_reshard(dino, False))
+    assert all(after.get(f"blocks.{k}", 0) == 0 for k in range(4)) and after[FSDP_ROOT] == before[FSDP_ROOT]
+    assert before["FSDPViT1.blocks.0"] == 4 * steps and after["FSDPViT1.blocks.0"] == 2 * steps
+    after = _gathers(set_reshard(gan, False))
+    assert [after[u] / len(gan.meta.steps) for u in ("0", "FSDPSequential1.0", "FSDPSequential1.1", "FSDPSequential1.2")] == [1, 2, 3, 3]
+
+
+def test_memory_sums_the_roots(dino):
+    """Both roots' parameter shards are in the peak (the teacher's too), and the optimizer state the student's alone has."""
+    m = fsdp_peak(dino)[0]
+    assert m.params == sum(u.shard_bytes for u in dino.meta.fsdp.units) == dino.meta.fsdp.memory[0].param_shard_bytes
+    assert m.optimizer == dino.meta.fsdp.memory[0].optim_state_bytes
+
+
+def test_ddp_conversion_refuses_in_one_line_and_the_unit_what_ifs_answer(tmp_path):
+    copy = shutil.copytree(GAN, tmp_path / "gan")
+    assert main(["whatif", str(copy), "--data-parallel", "ddp"]) != 0 and main(["optimize", str(copy)]) != 0
+    for args in (["--reshard-after-forward", "off"], ["--units", "merge:2"], ["--workers", "4", "--cores", "2"]):
+        assert main(["whatif", str(copy), *args, "--json", "--no-trace"]) == 0
