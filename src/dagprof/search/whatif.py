@@ -45,7 +45,7 @@ from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from ..traces.run_schema import FSDP2_API
 from ..units import MB, count, figure
-from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note
+from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note, roots_note
 from .memory import autograd_host
 from .scenario import (
     Cluster,
@@ -259,6 +259,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([f"no peak memory in {count(len(rows), 'row')}: {unsized}"] if unsized else [])
             + ([f"peak memory in {count(len(rows), 'row')}: {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
+            + ([note] if is_fsdp_graph(g0) and not unsized and (note := roots_note(g0.meta.fsdp)) else [])
             + ([note] if (is_fsdp_graph(g0) or any(s.data_parallel is not None for s in scenarios)) and not unsized
                and (note := autograd_host(g0).note) else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
