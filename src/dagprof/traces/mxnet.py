@@ -126,7 +126,8 @@ def pslite_bytes(ps: PsRecord, key: PsKey, step: int, servers: int) -> list[tupl
         raise DagprofError(f"row_sparse key {key.key} ({key.name}) has no rows recorded")
     per_range = np.mean(np.asarray(mine, dtype=float), axis=0) * key.row_bytes
     if key.elements < ps.bigarray_bound:  # whole to the server ps-lite places it on
-        return [(pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)[0][0], float(per_range.sum()))]
+        whole = float(per_range.sum())
+        return [(pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)[0][0], whole, whole)]
     edges = np.concatenate([[0.0], np.cumsum(per_range)])  # bytes below each range's edge; a server's cut taken pro rata in a range
     cut = np.interp(np.arange(servers + 1) * len(per_range) / servers, np.arange(len(edges)), edges)
     return [(s, b, b) for s, b in enumerate(np.diff(cut).tolist())]
