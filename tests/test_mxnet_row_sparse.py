@@ -36,7 +36,7 @@ def test_rows_per_step_are_read_and_priced_per_row():
         assert len(ranges) == ROW_RANGES and ranges == manifest["rows"][str(w)][str(k)][s - 1]
     step, key = 5, keys[BIGRAMS]
     rows = np.mean([sum(r) for s, _, k, r in ps.rows if s == step and k == key.key])
-    assert pslite_bytes(ps, key, step, 1) == [(0, pytest.approx(rows * 200))]
+    assert pslite_bytes(ps, key, step, 1) == [(0, pytest.approx(rows * 200), pytest.approx(rows * 200))]
 
 
 def test_a_big_row_sparse_key_is_cut_over_servers_by_row_id_range():
@@ -44,13 +44,14 @@ def test_a_big_row_sparse_key_is_cut_over_servers_by_row_id_range():
     words = next(k for k in ps.keys if k.key == WORDS)
     whole = pslite_bytes(ps, words, 4, 1)[0][1]
     two, three = pslite_bytes(ps, words, 4, 2), pslite_bytes(ps, words, 4, 3)
-    assert [s for s, _ in two] == [0, 1] and sum(b for _, b in two) == pytest.approx(whole)
-    assert sum(b for _, b in three) == pytest.approx(whole)
+    assert [s for s, _, _ in two] == [0, 1] and sum(b for _, b, _ in two) == pytest.approx(whole)
+    assert all(push == pull for _, push, pull in two + three)  # rows go both ways
+    assert sum(b for _, b, _ in three) == pytest.approx(whole)
     ranges = np.mean([r for s, _, k, r in ps.rows if s == 4 and k == WORDS], axis=0)
     assert two[0][1] == pytest.approx(ranges[: ROW_RANGES // 2].sum() * 200)
     assert two[0][1] > 3 * two[1][1]  # Zipf's frequent words have the low ids: the first server's range
     dense = next(k for k in ps.keys if k.key == 1)  # a small dense key goes whole to one server
-    assert pslite_bytes(ps, dense, 4, 2) == [(1 * 9973 % 2, 4.0 * dense.elements)]
+    assert pslite_bytes(ps, dense, 4, 2) == [(1 * 9973 % 2, 4.0 * dense.elements, 4.0 * dense.elements)]
 
 
 def test_the_collector_counts_a_gradient_s_rows_per_row_id_range():

@@ -10,7 +10,7 @@ from ..traces.events import Kind
 from .breakdown import RankBreakdown, breakdown, iteration_times, job_iteration_us
 from .critical_path import CriticalPath, critical_path, skew_note
 from .interval import StepStatistic, measured_step_us
-from .parallelism import DimComm, comm_by_dim, parallelism_dict
+from .parallelism import DimComm, comm_by_dim, parallelism_dict, ps_compression
 
 
 @dataclass
@@ -58,6 +58,7 @@ class Analysis:
             "critical_path_per_iter": self.path.to_dict(per=self.steps),
             "communication_by_dim": [d.to_dict(per=self.steps) for d in self.comm_dims],
             "parallelism": parallelism_dict(self.graph),
+            "ps_compression": ps_compression(self.graph, self.result),
             "steps": self.graph.meta.steps,
             "nodes": len(self.graph),
             "edges": self.graph.num_edges,

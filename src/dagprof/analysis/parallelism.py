@@ -12,6 +12,7 @@ import numpy as np
 from ..graph.dag import Graph
 from ..replay import ReplayResult
 from ..traces.events import Kind
+from ..traces.mxnet import QUANTIZE, pslite_bytes
 from ..traces.parallelism import Dim
 from ..units import MB
 
@@ -63,6 +64,21 @@ def comm_by_dim(g: Graph, result: ReplayResult) -> list[DimComm]:
         rows.append(DimComm(Dim(d), groups, len(mine), int(g.nbytes[mine].sum()), float((result.end[mine] - result.start[mine]).sum()),
                             n, us, nbytes, sized))
     return rows
+
+
+def ps_compression(g: Graph, result: ReplayResult) -> dict | None:
+    """A parameter-server job's gradient compression (``PsRecord.compression``), for --json and the report: what one
+    worker pushes and pulls an iteration (``traces.mxnet.pslite_bytes``) and its quantizing, the push's own work on the
+    workers' engines (``QuantizeCPU``, per worker); None where its pushes are not compressed."""
+    ps = g.meta.ps
+    if ps is None or not ps.compression:
+        return None
+    steps = max(len(g.meta.steps), 1)
+    parts = [p for s in g.meta.steps for k in ps.keys for p in pslite_bytes(ps, k, s, ps.num_servers)]
+    quantize = np.flatnonzero(np.isin(g.name, [i for i, n in enumerate(g.names) if n.split(".", 1)[-1] == QUANTIZE]))
+    workers = max(g.meta.world_size, 1)
+    return {"type": ps.compression, "pushed_mb": sum(p[1] for p in parts) / steps / MB, "pulled_mb": sum(p[2] for p in parts) / steps / MB,
+            "quantize_ms": float((result.end[quantize] - result.start[quantize]).sum()) / steps / workers / 1e3}
 
 
 def parallelism_dict(g: Graph) -> dict | None:

@@ -49,6 +49,10 @@ def to_text(r: dict) -> str:
             label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + (" collective" if sum(grp["collectives"].values()) == 1 else " collectives")
             lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {grp['evidence'][0]}")
         lines += [f"  note: {n}" for n in par.get("notes", [])]
+    if c := r.get("ps_compression"):
+        lines.append(f"  note: pushes compressed ({c['type']}, kv.set_gradient_compression): a worker pushes {c['pushed_mb']:.3f} MB and "
+                     f"pulls {c['pulled_mb']:.3f} MB per iteration; quantizing them (QuantizeCPU) took {c['quantize_ms']:.2f} ms per "
+                     "iteration on each worker's engine")
     if r.get("clock_alignment"):
         c = r["clock_alignment"]
         offs = ", ".join(f"rank {k} {v:+.1f} us" for k, v in c["offset_us"].items())

@@ -426,8 +426,10 @@ def initial_link(run: Run) -> AlphaBeta:
     trips = ([_round_trip(ps, float(exchanges.min()))] if len(exchanges) else []) + ([float(rows.min())] if len(rows) else [])
     alpha = min(trips) / 2 if trips else 0.0
     step = ps.rows[0][0] if ps.rows else -1
-    per_worker = sum(b for k in ps.keys for _, b in pslite_bytes(ps, k, step, 1))  # a step's pushes (and as much pulled)
-    total = per_worker * run.world_size * 2 / max(ps.num_servers, 1)
+    parts = [p for k in ps.keys for p in pslite_bytes(ps, k, step, 1)]
+    moved = sum(push + pull for _, push, pull in parts)  # a step's pushes and pulls
+    per_worker = sum(pull for _, _, pull in parts)  # the values the servers sum and update (a compressed push's decompressed)
+    total = moved * run.world_size / max(ps.num_servers, 1)
     beta = max(float(np.median(durs)) - 2 * alpha, 1.0) / max(total, 1.0) if len(durs) else 1e-3
     busy = ps.server_busy
     handled = per_worker * run.world_size * len({s.step for s in busy})
@@ -474,7 +476,7 @@ def ops_factor(ps: PsRecord, step: int) -> float:
     steps = sorted({b.step for b in busy})
     per_byte = {}
     for s in steps:
-        moved = sum(nb for k in ps.keys for _, nb in pslite_bytes(ps, k, s, 1))
+        moved = sum(nb for k in ps.keys for _, _, nb in pslite_bytes(ps, k, s, 1))
         per_byte[s] = sum(b.ops_us for b in busy if b.step == s) / moved if moved > 0 else 0.0
     mean = float(np.mean(list(per_byte.values())))
     return per_byte[step] / mean if mean > 0 else 1.0
@@ -561,10 +563,10 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             order = issue_order[(step, key)]
             tag = f"key{key} s{step}"
             parts = pslite_bytes(ps, k, step, servers)
-            total = sum(nb for _, nb in parts)
-            for server, part in parts:
+            total = sum(nb for _, _, nb in parts)
+            for server, pushed, part in parts:
                 ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * per_byte, tag=tag, order=order, step=step, bucket=key,
-                                   pull=not k.row_bytes)
+                                   pull=not k.row_bytes, pushed=pushed)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 arrived = [(u, key_in[(step, key, w)]) for w, u in enumerate(ends) if (step, key, w) in key_in]
                 if arrived:  # what the worker ran as this key's pull arrived (its copy)

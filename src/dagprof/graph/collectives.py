@@ -102,7 +102,7 @@ def worker_ports(worker: int) -> tuple[str, str]:
 
 
 def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
-                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, pull: bool = True) -> list[int]:
+                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, pull: bool = True, pushed: float | None = None) -> list[int]:
     """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
 
     The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
@@ -116,23 +116,26 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     once per message (no device: messages pipeline); the server sums and updates once every push
     is in (``server_us`` on its CPU). ``costmodel.collectives.ps_allreduce_us`` is this sub-graph's
     closed form. ``pull=False``: a push answered by a bare acknowledgement once summed (a row_sparse key's, whose rows
-    the next forward pulls: ``add_ps_pull``); each worker's acknowledgement is returned.
+    the next forward pulls: ``add_ps_pull``); each worker's acknowledgement is returned. ``pushed``: the bytes each push
+    carries where not ``nbytes`` (a compressed one: ``traces.mxnet.pslite_bytes``); the server sums and the pulls carry ``nbytes``.
     """
     port_in, cpu, port_out = ps_devices(server)
     dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
     k = ps_chunks(nbytes, len(ready))
     chunk = nbytes / k
+    up_bytes = nbytes if pushed is None else pushed
+    k_up = ps_chunks(up_bytes, len(ready))
     eps = max(_STEP_EPS, 4 * float(np.spacing(order)))  # chunk i of every message issued at ``order`` shares one priority
     kw = dict(order=order, step=step, bucket=bucket)
-    pushed = []
+    arrived = []
     for w, preds in enumerate(ready):
         up = b.device(worker_ports(w)[0], DeviceKind.COMM, rank=w)
         lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PUSH, **kw)
         b.add_edges(list(preds), [lat] * len(preds))
-        pushed.append(_message(b, lat, up, dev_in, k, chunk, link, eps, f"{tag} push ps{server} w{w}", w, CommKind.PUSH, **kw))
-    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(nbytes * len(ready)),
+        arrived.append(_message(b, lat, up, dev_in, k_up, up_bytes / k_up, link, eps, f"{tag} push ps{server} w{w}", w, CommKind.PUSH, **kw))
+    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(up_bytes * len(ready)),
                    comm_kind=CommKind.PUSH, **kw)
-    b.add_edges(pushed, [s] * len(pushed))
+    b.add_edges(arrived, [s] * len(arrived))
     pulls = []
     if not pull:
         for w in range(len(ready)):

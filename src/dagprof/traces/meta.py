@@ -9,7 +9,7 @@ They are msgspec Structs so the parse cache (``traces.cache``) stores ``RankMeta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Container, Iterable, NamedTuple
+from typing import Container, Iterable, Literal, NamedTuple
 
 import msgspec
 
@@ -200,6 +200,10 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     # ``row_ranges`` equal ranges of the table's row ids (``collect.hooks.mxnet_ps.ROW_RANGES``)
     rows: list[tuple[int, int, int, list[int]]] = []
     row_ranges: int = 840
+    # the workers' gradient compression (``kv.set_gradient_compression``) as their traces record it: "2bit" where the pushes
+    # are ``KVStoreDistCompressedPush`` (MXNet 1.x's only type): each dense push carries 16 elements a 4-byte word and the
+    # pulls the full values (``traces.mxnet.pslite_bytes``); "": none
+    compression: Literal["", "2bit"] = ""
 
 
 THREAD_NAME_CHARS = 15  # the kernel keeps a thread's name (``/proc/TID/comm``) to this many characters

@@ -34,9 +34,11 @@ the process's outside the profiled window (``unprofiled_cpu_us``: what the profi
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 import msgspec
 import numpy as np
@@ -56,7 +58,11 @@ VERSION = 2  # what each version changed: ``MxManifest``
 # and each forward pulls the batch's rows first (``row_sparse_pull``): the rows per step and key are the collector's (the
 # trace does not count them)
 ROW_SPARSE_PUSH, ROW_SPARSE_PULL = "KVStoreDistRowSparsePush", "KVStoreDistRowSparsePull"
-PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush",
+# 2-bit gradient compression (``kv.set_gradient_compression({"type": "2bit"})``): the workers quantize each gradient
+# (``QUANTIZE``, on their engine) and push it as ``COMPRESSED_PUSH``, 16 elements a 4-byte word; each part of a push also
+# carries a meta ps-lite key (its original size, no values: the key and its 4-byte length)
+COMPRESSED_PUSH, QUANTIZE = "KVStoreDistCompressedPush", "QuantizeCPU"
+PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", COMPRESSED_PUSH,
             ROW_SPARSE_PUSH)
 PUSH_CALLS = ("MXKVStorePushPull", "MXKVStorePush")  # the Python thread's push calls, one per key and step, in key order
 PULL_CALL = "MXKVStorePullRowSparse"  # a forward's row_sparse_pull
@@ -69,6 +75,8 @@ FRONT_CALLS = ("MXImperativeInvokeEx", "MXInvokeCachedOp", "MXInvokeCachedOpEx",
 # len(collect.hooks.mxnet_ps.CLOCKS), which the collector keeps itself: it installs where MXNet's numpy is, importing no dagprof
 UPDATE_CLOCKS = 4
 PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
+COMPRESSION_FACTOR = 16
+COMPRESSED_META_BYTES = PS_INDEX_BYTES + 4
 RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")  # a server's ops as a push comes in: copied, summed in
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
@@ -90,22 +98,39 @@ def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[
     return [(s, elements * (s + 1) // servers - elements * s // servers) for s in range(servers)]
 
 
-def pslite_bytes(ps: PsRecord, key: PsKey, step: int, servers: int) -> list[tuple[int, float]]:
-    """(server, bytes) that one worker pushes of ``key`` in ``step`` (and pulls back: the same). A dense key goes as
-    ``pslite_placement`` cuts it, 4 bytes an element; a row_sparse key carries the rows the workers' gradients held in the
-    step (their mean), ``row_bytes`` each, and a big one is cut as ps-lite cuts it, by row-id range: server ``s`` of ``S``
-    takes the rows in the ``s``-th ``S``-th of the table, counted from the ranges the collector recorded."""
+def compressed_parts(key: int, elements: int, servers: int, bound: int) -> list[tuple[int, int, int]]:
+    """(server, 4-byte words pushed, elements pulled) parts of a 2-bit compressed key, as MXNet 1.9.1's
+    ``KVStoreDist::EncodeCompressedKey`` cuts it: ceil(elements / 16) words, placed as ``pslite_placement`` places a key;
+    a big one's words cut evenly (C's rounding) over every server, each part pulling 16 elements a word, the last the rest."""
+    words = -(-elements // COMPRESSION_FACTOR)
+    if elements < bound:
+        return [(pslite_placement(key, elements, servers, bound)[0][0], words, elements)]
+    cuts = [math.floor(words / servers * i + 0.5) for i in range(servers)] + [words]
+    parts = [(s, cuts[s + 1] - cuts[s], (cuts[s + 1] - cuts[s]) * COMPRESSION_FACTOR) for s in range(servers)]
+    return parts[:-1] + [(servers - 1, parts[-1][1], elements - sum(p[2] for p in parts[:-1]))]
+
+
+def pslite_bytes(ps: PsRecord, key: PsKey, step: int, servers: int) -> list[tuple[int, float, float]]:
+    """(server, bytes pushed, bytes pulled) of one worker's exchange of ``key`` in ``step``. A dense key goes as
+    ``pslite_placement`` cuts it, 4 bytes an element both ways; 2-bit compressed (``PsRecord.compression``), its pushes
+    carry ``compressed_parts``' words and each part's meta key (``COMPRESSED_META_BYTES``), its pulls the full values; a
+    row_sparse key carries the rows the workers' gradients held in the step (their mean), ``row_bytes`` each, both ways,
+    and a big one is cut as ps-lite cuts it, by row-id range: server ``s`` of ``S`` takes the rows in the ``s``-th ``S``-th
+    of the table, counted from the ranges the collector recorded."""
+    if not key.row_bytes and ps.compression:
+        return [(s, 4.0 * w + COMPRESSED_META_BYTES, 4.0 * e) for s, w, e in compressed_parts(key.key, key.elements, servers, ps.bigarray_bound)]
     if not key.row_bytes:
-        return [(s, 4.0 * e) for s, e in pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)]
+        return [(s, 4.0 * e, 4.0 * e) for s, e in pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)]
     mine = [r for st, _, k, r in ps.rows if k == key.key and st == step] or [r for _, _, k, r in ps.rows if k == key.key]
     if not mine:
         raise DagprofError(f"row_sparse key {key.key} ({key.name}) has no rows recorded")
     per_range = np.mean(np.asarray(mine, dtype=float), axis=0) * key.row_bytes
     if key.elements < ps.bigarray_bound:  # whole to the server ps-lite places it on
-        return [(pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)[0][0], float(per_range.sum()))]
+        whole = float(per_range.sum())
+        return [(pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)[0][0], whole, whole)]
     edges = np.concatenate([[0.0], np.cumsum(per_range)])  # bytes below each range's edge; a server's cut taken pro rata in a range
     cut = np.interp(np.arange(servers + 1) * len(per_range) / servers, np.arange(len(edges)), edges)
-    return list(enumerate(np.diff(cut).tolist()))
+    return [(s, b, b) for s, b in enumerate(np.diff(cut).tolist())]
 
 
 @dataclass
@@ -180,6 +205,8 @@ def _kind(name: str) -> Kind:
         return Kind.COMM
     if name.startswith("_backward_"):
         return Kind.BACKWARD
+    if name == QUANTIZE:  # a compressed push's own work, no layer's forward
+        return Kind.OTHER
     if name == "CopyCPU2CPU":
         return Kind.MEMCPY
     if name.endswith("_update"):
@@ -256,7 +283,7 @@ class _Manifest:
     def __init__(self, folder: str):
         path = os.path.join(folder, MANIFEST)
         m = read_versioned(path, MxManifest, FORMAT, range(1, VERSION + 1), "dagprof MXNet run manifest", "profile the job again")
-        self.workers, self.servers, self.bound = m.num_workers, m.num_servers, m.bigarray_bound
+        self.workers, self.servers, self.bound, self.mxnet = m.num_workers, m.num_servers, m.bigarray_bound, m.mxnet
         self.keys = {k.key: k for k in m.keys}
         self.layers = m.layers
         self.steps = {int(r): v for r, v in m.steps.items()}
@@ -307,7 +334,7 @@ def read_mxnet_run(folder: str) -> Run:
     refuse_copies(ranks, folder)  # mx.profiler records no worker id: a worker's trace copied over another's reads as that worker
     base_ns = min(t.base_ns for t in ranks)
     busy = _server_busy(man, per_worker)
-    ps = PsRecord(
+    ps = PsRecord(compression=_compression(man, per_worker),
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[_ps_key(man, k) for k in sorted(man.keys.values(), key=lambda k: k.key)],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
@@ -318,6 +345,20 @@ def read_mxnet_run(folder: str) -> Run:
     if sorted(man.server_files) != list(range(man.servers)):
         meta.warnings.append(RunWarning(f"server traces present for {sorted(man.server_files)} of {man.servers} servers"))
     return Run(ranks, source=folder, meta=meta)
+
+
+def _compression(man: _Manifest, per_worker: dict[int, list[dict]]) -> Literal["", "2bit"]:
+    """The workers' gradient compression, from their pushes' op names: MXNet pushes every dense key compressed once
+    ``set_gradient_compression`` is set (1.x's only type, 2-bit), so a job that pushed some of them plainly is not read."""
+    names = [p["name"] for pushes in per_worker.values() for p in pushes
+             if p["name"] != ROW_SPARSE_PUSH and _push_kind(p["name"]) != CommKind.PULL]
+    compressed = names.count(COMPRESSED_PUSH)
+    if not compressed:
+        return ""
+    if compressed < len(names) or not man.mxnet.startswith("1."):
+        raise DagprofError(f"{compressed} compressed pushes ({COMPRESSED_PUSH}) beside {len(names) - compressed} plain ones, MXNet "
+                           f"{man.mxnet or 'of no recorded version'}: only MXNet 1.x's 2-bit compression of every dense key is modelled", man.path)
+    return "2bit"
 
 
 def _ps_key(man: _Manifest, k: MxKey) -> PsKey:
@@ -411,7 +452,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0,
                           comm_kind=int(_push_kind(o.name)), role=int(CommRole.ROWS if o.name == ROW_SPARSE_PULL else CommRole.PLAIN))
             if o.name != ROW_SPARSE_PULL:  # a forward's row pull: no push, nothing the servers sum
-                pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
+                pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end, "name": o.name})
             continue
         if (o.pid, o.tid) == main_tid:
             ln = lane("engine cpu/0", LaneKind.CPU_THREAD, main=True)
