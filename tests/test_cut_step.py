@@ -91,15 +91,21 @@ SHORT_CUT = DATA / "tp-fresh" / "pp-stages" / "rank-1.pt.trace.json.gz"  # a lat
 EMPTY_LAST = DATA / "kineto_excerpts" / "hta_mi250_minitoy_train.json.gz"  # a public MI250 trace, whole: steps 1 and 2
 
 
+def _said_cut(tmp_path, capsys, src, words: str):
+    """``src`` cut half-way through its last step (``_cut``) and its one warning that holds ``words``, answered."""
+    cut = tmp_path / src.name
+    _cut(src, cut)
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(cut))
+    said = [w for w in doc["warnings"] if words in w]
+    assert rc == 0 and len(said) == 1, err
+    return cut, said
+
+
 def test_a_cut_between_ops_is_said_by_its_ops_being_the_first_of_every_earlier_step(tmp_path, capsys) -> None:
     """Cut half-way through step 3, this stage's thread was between ops and nothing was open: no op ends at the marker,
     but its 29 ops are the first 29 of step 2's 56 in order. A no_sync step after a synchronising one reads so too, so it
     is said with the window that leaves it out, not refused. The whole file says nothing; the window before answers."""
-    cut = tmp_path / SHORT_CUT.name
-    _cut(SHORT_CUT, cut)
-    rc, doc, err = cli_json(capsys, "analyze", "--json", str(cut))
-    said = [w for w in doc["warnings"] if "are only the first" in w]
-    assert rc == 0 and len(said) == 1, err
+    cut, said = _said_cut(tmp_path, capsys, SHORT_CUT, "are only the first")
     assert "step 3's 29 ops" in said[0] and "first 29 of step 2's 56" in said[0] and "--steps 2:3 leaves it out" in said[0]
     rc, doc, err = cli_json(capsys, "analyze", "--json", "--steps", "2:3", str(cut))
     assert rc == 0 and not any("are only the first" in w for w in doc["warnings"]), err
@@ -124,8 +130,9 @@ def test_an_empty_last_step_is_left_out_of_the_default_window_and_refused_where_
 
 
 def test_what_tells_a_step_cut_short() -> None:
-    """Loop ops (name ids) a b c in step 1 and 2, and in step 3: a b -> cut; a b c, a c, or b c: whole, as far as it tells;
-    no loop op in step 3: cut even with device work ending after its marker; a b with something after: whole."""
+    """Loop ops (name ids) a b c in step 1 and 2, and in step 3: a b -> cut; b a (no c, the op every step ends on) -> cut,
+    said by that op; a b c, a c, or b c: whole, as far as it tells; no loop op in step 3: cut even with device work ending
+    after its marker; a b or b a with something after: whole."""
     def told(last: list[int], gpu_end: float = 29.0):
         names = [0, 1, 2, 0, 1, 2, *last]
         step = np.array([1, 2, 3] + [1] * 3 + [2] * 3 + [3] * len(last) + [3])
@@ -138,6 +145,21 @@ def test_what_tells_a_step_cut_short() -> None:
     assert told([0, 1]) is not None and (told([0, 1]).step, told([0, 1]).ops, told([0, 1]).like, told([0, 1]).of) == (3, 2, 2, 3)
     assert told([0, 1, 2]) is None and told([0, 2]) is None and told([1, 2]) is None
     assert told([]) is not None and told([], gpu_end=31.0).ops == 0 and told([0, 1], gpu_end=31.0) is None
+    assert (told([1, 0]).ops, told([1, 0]).like, told([1, 0]).of, told([1, 0]).ended) == (2, 2, 3, "2")
+    assert told([0, 1]).ended == "" and told([1, 0], gpu_end=31.0) is None
+
+
+HABITS = DATA / "habits" / "rank1.kineto.json.gz"  # steps 3 and 4 of a diffusion UNet under Adam, whole
+
+
+def test_a_cut_step_whose_ops_differ_from_the_first_is_said_by_the_op_every_step_ends_on(tmp_path, capsys) -> None:
+    """Its whole step 4 already holds 836 loop ops against step 3's 1085 and departs from step 3's at the 5th, so the
+    start tell cannot tell half of it; cut half-way, it holds none of Adam's ``aten::addcdiv_``, which both whole steps
+    end on: said, with the window that leaves it out. The whole file says nothing."""
+    _, said = _said_cut(tmp_path, capsys, HABITS, "hold no aten::addcdiv_")
+    assert "step 4's 144 ops" in said[0] and "step 3's 1085" in said[0] and "--steps 3:4 leaves it out" in said[0]
+    rc, whole, err = cli_json(capsys, "analyze", "--json", str(HABITS))
+    assert rc == 0 and not any("ends inside" in w or "hold no" in w for w in whole["warnings"]), err
 
 
 CUT_STEPS = DATA / "cut-steps"  # torch.profiler stopped inside a step as users stop it (make_cut_steps.py there)

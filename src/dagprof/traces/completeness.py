@@ -147,9 +147,10 @@ def refuse_cut_steps(run: Run, steps: list[int]) -> list[str]:
     """One line instead of an answer that counts a step the trace's end cut inside (``RankMeta.cut_step``) as a whole one:
     half a step read as a shorter one (a one-step trace cut half-way answered 47.8 ms for a 95.7 ms step; a public MI250
     trace's empty last step, 49 us, made 9.3 ms steps an iteration of 4.69; a default window leaves such a step out,
-    ``leave_out_empty_last``). A step whose loop ops are only the first ones
-    of the steps before it is said, not refused: a gradient-accumulation step under ``no_sync`` after a synchronising one
-    is such a start too (``tests/data/cut-steps``); the lines returned say it, with the window that leaves it out."""
+    ``leave_out_empty_last``). A step whose loop ops are only the first ones of the steps before it, or none of them
+    the op every step before ends on, is said, not refused: a gradient-accumulation step under ``no_sync`` after a
+    synchronising one is such a start too (``tests/data/cut-steps``); the lines returned say it, with the window that
+    leaves it out."""
     said = []
     for t in run.ranks:
         cut = t.meta.cut_step
@@ -157,6 +158,13 @@ def refuse_cut_steps(run: Run, steps: list[int]) -> list[str]:
             continue
         others = [s for s in steps if s != cut.step + t.meta.step_offset]
         fix = f"--steps {others[0]}:{others[-1] + 1} leaves it out" if others else "profile whole steps"
+        if cut.ended:
+            said.append(f"{os.path.basename(t.source)}: step {cut.step}'s {cut.ops} ops on the training loop's thread hold no "
+                        f"{cut.ended}, the op that step {cut.like}'s {cut.of} (and every step before) end on, nothing in the "
+                        "trace after them: the profiler stopped inside the step, or a step of the loop's own that ends "
+                        f"otherwise (gradient accumulation's no_sync? a skipped optimizer step?); the iteration counts it as "
+                        f"a step; {fix}")
+            continue
         if cut.like >= 0 and cut.ops:
             said.append(f"{os.path.basename(t.source)}: step {cut.step}'s {cut.ops} ops on the training loop's thread are only "
                         f"the first {cut.ops} of step {cut.like}'s {cut.of} (and of every step before), in the same order, "

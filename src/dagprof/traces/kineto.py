@@ -558,7 +558,7 @@ def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None],
     loop = np.where((cols.lane == main_lane(cols, deps.kind)) & (nest.depth == 0) & ~is_step, cols.pair_name[cols.pair], -1)
     meta.cut_step = cut_step(cols.start, end, is_step, kinds.step,
                              max(TIME_RESOLUTION_US, 2 * float(np.spacing(abs(cols.t0) + float(end.max(initial=0.0))))), loop,
-                             np.isin(deps.kind, (Kind.BACKWARD, Kind.UPDATE)))
+                             np.isin(deps.kind, (Kind.BACKWARD, Kind.UPDATE)), cols.names)
     if unknown := int((gathers & (nbytes == 0)).sum()):  # ``_event_bytes``: the gathered total needs the group's ranks
         meta.warnings.append(RunWarning("all-gathers in process groups whose ranks the trace does not record: their gathered "
                                         "bytes are unknown (0), so a link or worker what-if prices them as empty messages",

@@ -34,14 +34,16 @@ class RankGap:
 class CutStep(msgspec.Struct, frozen=True):
     """A trace's last step that its end cut inside (``traces.steps.cut_step``): the step and the ops that tell it, either
     its ops that end where the step's marker ends with nothing of the trace after them (``like`` -1), or its ops on the
-    loop's thread, the first ``ops`` of the ``of`` that step ``like`` (and every step before it) ran there. ``idle``: its
-    ops (``ops`` 0 all the same) held no backward or optimizer work where every earlier step held some."""
+    loop's thread, the first ``ops`` of the ``of`` that step ``like`` (and every step before it) ran there, or, where
+    ``ended`` names an op, ``ops`` there none of which is that op, the one that every earlier step's there end on.
+    ``idle``: its ops (``ops`` 0 all the same) held no backward or optimizer work where every earlier step held some."""
 
     step: int
     ops: int
     like: int = -1
     of: int = 0
     idle: bool = False
+    ended: str = ""
 
 
 @dataclass

@@ -79,23 +79,27 @@ def step_periods(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.ndarray, resolution_us: float,
-             loop: np.ndarray | None = None, work: np.ndarray | None = None) -> CutStep | None:
+             loop: np.ndarray | None = None, work: np.ndarray | None = None, names: list[str] | None = None) -> CutStep | None:
     """The trace's last step (by its marker's end) when the trace's end cut inside it: nothing of the trace ends after the
     marker, and either ops that began inside the step (host or device) end where the marker ends (to ``resolution_us``),
-    or the step's ops on the loop's thread are the first ones of every earlier step's there, in the same order, and fewer
-    (``loop``: per row, the name id of a top-level op on that thread, -1 elsewhere).
+    or the step's ops on the loop's thread are the first ones of every earlier step's there, in the same order, and fewer,
+    or none of them is the op that every earlier step's ops there end on (``loop``: per row, the name id in ``names`` of a
+    top-level op on that thread, -1 elsewhere).
 
     A cut closes the marker and every op still open at one instant; a whole step's host ops end before its marker, which
     ``profiler.step()`` closes from Python between ops, and its device work runs past it or ends before. A cut while the
     host was between ops and the device idle leaves no open op, but the loop's ops stop part-way through the sequence its
     steps repeat: 8 of 9 such cuts in tests/data and ../shared/data (``bench/cut_tells.py``); the ninth's two steps differ
-    from their first ops. A last step of no op there after steps of some is one, whatever ends after it (``profiler.step()``
-    after the loop's last step opened it, ``stop()`` closed it: a public MI250 trace's 49 us after 9.3 ms, its device
-    work of the step before ending 0.2 ms later, answered 4.69 ms an iteration). No other whole trace in tests/data and
-    ../shared/data holds either tell, but a ``no_sync`` step after a synchronising one is such a start too, so the
-    graph builder says that tell, leaves an empty last step out of a default window (``completeness.leave_out_empty_last``)
-    and refuses the rest (``completeness.refuse_cut_steps``). Rows: the rank's events, the step markers' mask and their
-    step numbers."""
+    from their 5th op on (its whole last step holds 836 ops against 1085, so no count tells either), but its cut half
+    never ran the op that its whole steps end on (Adam's ``aten::addcdiv_``): the end tell. A last op unlike the earlier
+    steps' alone would tell a whole step of an event-sampled trace. A last step of no op there after steps of some is
+    one, whatever ends after it (``profiler.step()`` after the loop's last step opened it, ``stop()`` closed it: a
+    public MI250 trace's 49 us after 9.3 ms, its device work of the step before ending 0.2 ms later, answered 4.69 ms
+    an iteration). No other whole trace in tests/data and ../shared/data holds these tells, but a ``no_sync`` step after
+    a synchronising one is such a start too (and never runs the optimizer's last op), so the graph builder says the
+    loop-op tells, leaves an empty last step out of a default window (``completeness.leave_out_empty_last``) and refuses
+    the rest (``completeness.refuse_cut_steps``). Rows: the rank's events, the step markers' mask and their step
+    numbers."""
     marks = np.flatnonzero(is_step)
     if not len(marks):
         return None
@@ -112,19 +116,33 @@ def cut_step(start: np.ndarray, end: np.ndarray, is_step: np.ndarray, step: np.n
     worked = set() if work is None else set(step[work].tolist())
     if earlier and set(earlier) <= worked and int(step[last]) not in worked:
         return CutStep(int(step[last]), 0, like=earlier[-1], idle=True)
-    return None
+    return None if loop is None or after else _cut_before_end(start, step, loop, int(step[last]), earlier, names)
+
+
+def _loop_ops(start: np.ndarray, step: np.ndarray, loop: np.ndarray, s: int) -> np.ndarray:
+    """Step ``s``'s loop ops (``cut_step``'s ``loop``), in the order they began."""
+    rows = np.flatnonzero((step == s) & (loop >= 0))
+    return loop[rows[np.argsort(start[rows], kind="stable")]]
 
 
 def _cut_short(start: np.ndarray, step: np.ndarray, loop: np.ndarray, last: int, earlier: list[int]) -> CutStep | None:
     """``last`` as a step cut short (``cut_step``): its loop ops a strict start of each ``earlier`` step's, else None."""
-    def ops(s: int) -> np.ndarray:
-        rows = np.flatnonzero((step == s) & (loop >= 0))
-        return loop[rows[np.argsort(start[rows], kind="stable")]]
-
-    mine, before = ops(last), [ops(s) for s in earlier]
+    mine, before = _loop_ops(start, step, loop, last), [_loop_ops(start, step, loop, s) for s in earlier]
     if not before or not all(len(mine) < len(b) and np.array_equal(b[:len(mine)], mine) for b in before):
         return None
     return CutStep(last, len(mine), like=earlier[-1], of=len(before[-1]))
+
+
+def _cut_before_end(start: np.ndarray, step: np.ndarray, loop: np.ndarray, last: int, earlier: list[int],
+                    names: list[str] | None) -> CutStep | None:
+    """``last`` as a step cut before its end (``cut_step``): some loop ops, none of them the one op that every ``earlier``
+    step's end on (``CutStep.ended``: its name in ``names``), else None."""
+    mine, before = _loop_ops(start, step, loop, last), [_loop_ops(start, step, loop, s) for s in earlier]
+    ends = {int(b[-1]) for b in before if len(b)}
+    if not len(mine) or len(ends) != 1 or not all(len(b) for b in before) or ends & set(mine.tolist()):
+        return None
+    end = ends.pop()
+    return CutStep(last, len(mine), like=earlier[-1], of=len(before[-1]), ended=names[end] if names else str(end))
 
 
 def one_step(steps: list[int]) -> str | None:
