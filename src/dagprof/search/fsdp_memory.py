@@ -12,12 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from ..errors import DagprofError
 from ..graph.build_fsdp import Passes
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
 from ..passes.fsdp_mesh import workers_mesh
+from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
@@ -56,14 +59,16 @@ def offload_note(fs: FsdpRecord) -> str | None:
 
 
 def roots_note(fs: FsdpRecord) -> str | None:
-    """What the peak per rank means on a job of several ``fully_shard`` roots, else None: it holds every root's
-    activations alive together, which a job that frees one root's before the next root's forward does not (an
-    actor-critic measured +35 to +48 %, a GAN -11 to -16 %, a DINO +2 to +9 %: docs/evidence.md, roots62)."""
+    """What the peak per rank means on a job of several ``fully_shard`` roots, else None: each root's activations alive
+    as the profile ran the roots (``root_phases``), every other root's gradient shards through a root's backward (the
+    habit of zeroing them just before it, which the profile does not show). Measured against the scripts' ``--memory``
+    (docs/evidence.md, rootmem62): an actor-critic -10 to -2 %, a GAN -10 to -4 %, a DINO +2 to +9 %."""
     roots = len({u.root for u in fs.units})  # FsdpUnit.root: which timed root a unit is of
     if roots < 2:
         return None
-    return (f"{roots} fully_shard roots: the peak per rank adds their shards and counts every root's activations alive at once; "
-            "when each root's activations are freed is not modelled (measured -16 to +48 % on three two-root jobs)")
+    return (f"{roots} fully_shard roots: the peak per rank counts each root's activations while the profile had them alive and "
+            "the other roots' gradients as kept until just before each root's backward (a script that frees them earlier "
+            "peaks lower; measured -10 to +9 % on three two-root jobs)")
 
 
 @dataclass
@@ -145,8 +150,13 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     if why := missing_sizes(fs):
         raise DagprofError(why)
     passes = Passes(g)
-    job = _Job(g, reshard, workers, passes.most_micro_batches() > 1, frozenset(g.layers[i] for i in passes.recomputed))
-    moments = [m for m in _moments(job) if m is not None]
+    accumulates, recomputed = passes.most_micro_batches() > 1, frozenset(g.layers[i] for i in passes.recomputed)
+    moments: list[_Moment] = []
+    for phase in root_phases(g):
+        job = _Job(g, reshard, workers, accumulates, recomputed, [u for u in fs.units if u.root in phase])
+        # the other roots' gradient shards: made in their own phase, alive until their script zeroes them (not recorded)
+        rest = sum(_grad_shard(u, job.scale) for u in fs.units if u.root not in phase)
+        moments += [m._replace(grads=m.grads + rest) for m in _moments(job) if m is not None]
     out = {}
     for rank, mem in fs.memory.items():
         params, opt = mem.param_shard_bytes * job.scale, mem.optim_state_bytes * job.scale
@@ -157,6 +167,42 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                 best = cand
         out[int(rank)] = best
     return out
+
+
+def root_phases(g: Graph) -> list[frozenset[int]]:
+    """The ``fully_shard`` roots (``FsdpGraphUnit.root``) whose activations are alive together, as one step of the
+    profile ran them (its lowest rank, the step after the first). A root's activations live from the forward its
+    backward follows to that backward's end, taking the step as a cycle (a GAN's generator runs backward last, its
+    forward first); roots whose spans meet share a phase, and a root with no backward (a teacher under no_grad) saved
+    nothing and joins every phase. The actor-critic's critic runs forward and backward before the actor's forward: two
+    phases, where one summed both roots' activations (+35 to +48 % measured, docs/evidence.md, rootmem62)."""
+    fs = g.meta.fsdp
+    roots = sorted({u.root for u in fs.units}) if fs else [0]
+    if len(roots) < 2:
+        return [frozenset(roots)]
+    root_of = {n: u.root for u in fs.units for n in u.layers}
+    of_layer = np.array([root_of.get(n, -1) for n in g.layers] + [-1])
+    steps = np.unique(g.step)
+    step = steps[1] if len(steps) > 1 else steps[0]
+    m = (g.rank == g.rank[g.rank >= 0].min()) & (g.step == step) & (g.layer >= 0) & np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD])
+    idx = np.flatnonzero(m)[np.argsort(g.order[m], kind="stable")]
+    runs: list[tuple[int, int]] = []  # (root, kind) of each run of layers, in the order they ran
+    for r, k in zip(of_layer[g.layer[idx]].tolist(), g.kind[idx].tolist()):
+        if r >= 0 and (not runs or runs[-1] != (r, k)):
+            runs.append((r, k))
+    n, spans = len(runs), {}
+    for r in roots:
+        back = [i for i, run in enumerate(runs) if run == (r, Kind.BACKWARD)]
+        if not back:
+            continue
+        start = next((back[0] - d for d in range(1, n + 1) if runs[(back[0] - d) % n] == (r, Kind.FORWARD)), back[0])
+        spans[r] = {j % n for j in range(start, back[-1] + 1 if back[-1] >= start else back[-1] + n + 1)}
+    phases: list[set[int]] = []
+    for r in spans:
+        joined = [p for p in phases if any(spans[r] & spans[q] for q in p)]
+        phases = [p for p in phases if p not in joined] + [set().union({r}, *joined)]
+    idle = {r for r in roots if r not in spans}
+    return [frozenset(p | idle) for p in phases] or [frozenset(roots)]
 
 
 def _size(dtype: str | None) -> int:
@@ -174,6 +220,11 @@ def _full_grad(u: FsdpGraphUnit) -> float:
     return float(u.grad_numel * _size(u.reduce_dtype or u.orig_dtype))
 
 
+def _grad_shard(u: FsdpGraphUnit, scale: float) -> float:
+    """Unit ``u``'s gradient shard (of its parameters that take one), its shards ``scale`` times as large as profiled."""
+    return _reduced(u, float(u.shard_bytes) * scale * (u.grad_numel / u.numel if u.numel else 1.0))
+
+
 def _reduced(u: FsdpGraphUnit, nbytes: float) -> float:
     """``nbytes`` of unit ``u``'s gradients in its original dtype, as large in the dtype they are reduced in."""
     return nbytes * _size(u.reduce_dtype or u.orig_dtype) / _size(u.orig_dtype)
@@ -184,10 +235,10 @@ class _Job:
     every rank), under the what-if's ``reshard`` and shard degree (``workers``)."""
 
     def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None, accumulates: bool = False,
-                 recomputed: frozenset[str] = frozenset()):
+                 recomputed: frozenset[str] = frozenset(), units: list[FsdpGraphUnit] | None = None):
         fs = self.fs = g.meta.fsdp
         self.frozen = g.meta.layer_frozen_bytes
-        units = self.units = fs.units
+        units = self.units = fs.units if units is None else units  # ``units``: those of the roots of one phase (``root_phases``)
         mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
         self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers_mesh(g, workers)[1]  # HSDP keeps its shard degree
         self.scale = mesh[-1] / self.shard  # how much larger each rank's shards are than profiled
@@ -228,13 +279,12 @@ class _Job:
         self.shell, self.previous = host.shell, host.previous
         self.loss_forward = float(saved.get(LOSS_FORWARD, 0))  # what the loss saved, as its forward ends (where recorded)
         outside = float(saved.get(SAVED_OUTSIDE_LAYERS, 0))
-        self.between = between_units(fs)
+        self.between = between_units(fs, units)
         self.outside_rest = max(outside - sum(self.between), 0.0)  # saved between layers by no inner unit's forward: alive to the end
         self.output = float(saved.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
         self.loss = self.output if MODEL_OUTPUT in saved else outside  # else: a stand-in for them and the loss's tensors
         self.loss_backward = float(saved.get(LOSS_BACKWARD, 0))  # what the loss's graph held in its backward, where recorded
-        self.shard_of = [_reduced(u, float(u.shard_bytes) * self.scale * (u.grad_numel / u.numel if u.numel else 1.0))
-                         for u in units]  # each unit's gradient shard: of its parameters that take one
+        self.shard_of = [_grad_shard(u, self.scale) for u in units]
         self.root_acts = sum(self.acts(units[i].layers, units[i]) for i in self.root)
         # the root's layers after the inner units ran backward before them and freed what they saved (a profile without the
         # layers' outputs keeps them: the stand-in it had for the gradients in flight)
@@ -250,6 +300,15 @@ class _Job:
         self.root_accumulated = sum(self.accumulated[i] for i in self.root)
         self.tail_grad = sum(_reduced(units[i], float(fs.layer_grad_bytes.get(n, 0)))  # the root's tail's unsharded gradients
                              for i in self.root for n in units[i].layers if n in self.after_inner)
+
+    def done(self, k: int) -> float:
+        """The gradient shards alive at inner unit ``k - 1``'s backward (``_backward``): those of the units after it,
+        reduced already, and on a job of several roots every other root's, which a script zeroing its gradients just
+        before each root's backward keeps from that root's last backward: the GAN's generator's through the
+        discriminator's backward (measured there at its peak, docs/evidence.md, rootmem62)."""
+        own = self.units[self.others[k - 1]].root if k else None
+        later = set(self.others[k:])
+        return sum(s for i, s in enumerate(self.shard_of) if i in later or (own is not None and self.units[i].root != own))
 
     def pending(self, inner: list[int]) -> float:
         """The accumulated gradients (``accumulated``) the root and the inner units ``inner`` still hold, their reduce-scatters to come."""
@@ -414,7 +473,7 @@ def _prefetch_gather(job: _Job, k: int) -> _Moment | None:
     gathered += (0.0 if cur in job.kept else _full(units[cur])) - job.post[cur]  # gathered again: its post-forward shard freed
     if job.keeps_rs_input and k < len(others):
         gathered += job.shard_of[others[k]] * job.shard
-    done = sum(job.shard_of[i] for i in others[k:])
+    done = job.done(k)
     return _Moment(done, acts, gathered, f"all-gather of {units[nxt].name} (backward prefetch)")
 
 
@@ -446,7 +505,7 @@ def _backward(job: _Job, k: int) -> _Moment:
         gathered += job.shard_of[others[k]] * job.shard
     gathered += made
     acts = job.root_acts - job.root_tail_acts + job.outside_rest + job.loss + job.unit_acts(alive) + flight
-    done = sum(job.shard_of[i] for i in others[k:])
+    done = job.done(k)
     return _Moment(done, acts, gathered, f"backward of {units[cur].name if cur is not None else '<root>'}")
 
 
@@ -466,7 +525,7 @@ def _reduce_scatter(job: _Job, k: int) -> _Moment | None:
     cast = unit.param_dtype != (unit.reduce_dtype or unit.orig_dtype)
     # the accumulated gradients (the last micro-batch's added to them) beside the reduce-scatter input, as a cast copy would be
     buffers = _full(unit) + (2.0 if cast or job.accumulated[u] else 1.0) * _full_grad(unit)
-    done = sum(job.shard_of[i] for i in others[k:]) + job.shard_of[u]
+    done = job.done(k) + job.shard_of[u]
     if cur is None:
         return _Moment(done, job.outside_rest + job.output, buffers, f"reduce-scatter of {unit.name}")
     before = others[:k - 1]
@@ -475,12 +534,12 @@ def _reduce_scatter(job: _Job, k: int) -> _Moment | None:
                    f"reduce-scatter of {unit.name}")
 
 
-def between_units(fs: FsdpRecord) -> list[float]:
-    """Per unit of ``fs`` (0 for the root): the bytes saved between leaf modules while its forward ran
+def between_units(fs: FsdpRecord, units: list[FsdpGraphUnit]) -> list[float]:
+    """Per unit of ``units`` (``fs``'s; 0 for a root): the bytes saved between leaf modules while its forward ran
     (``unit_saved_outside_bytes``; a merged unit's, its members' together). All 0 where the profile did not record them, or
     for a unit the profile did not run as one (``whatif --units split``): those stay in what is kept to the step's end."""
     rec = fs.unit_saved_outside_bytes or {}
-    return [0.0 if u.is_root else float(sum(rec.get(m, 0) for m in u.name.split(", "))) for u in fs.units]
+    return [0.0 if u.is_root else float(sum(rec.get(m, 0) for m in u.name.split(", "))) for u in units]
 
 
 def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBreakdown]:
