@@ -13,7 +13,7 @@ from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.topology import read_link_model, save_link_model
+from dagprof.costmodel.topology import LINK_MODEL_VERSION, read_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.measured import NOT_MEASURED, overlap_of, slowdown_of
@@ -41,7 +41,7 @@ def prof():
 def test_calibrate_overlap_writes_the_slowdown_into_the_link_model(calibrated):
     out, r = calibrated
     doc = json.loads(out.read_text())
-    assert doc["version"] == 4 and doc["overlap"] == r["overlap"]
+    assert doc["version"] == LINK_MODEL_VERSION and doc["overlap"] == r["overlap"]
     o = doc["overlap"]
     assert o["slowdown"] >= 0 and o["allreduce_bytes"] == 8 * 2**20 and o["allreduce_s"] > 0 and o["matmul_us"] > 0
     assert len(o["samples"]) == 4 and o["format"] == "dagprof-overlap"
