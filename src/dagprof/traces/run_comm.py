@@ -159,7 +159,8 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         warnings.append(f"rank {rank}: {len(later)} collective(s) the script issued asynchronously in the window and waited for "
                         "after it left out (their transfer ran into the steps after the window, however far each rank's had got "
                         "when the profiler stopped)")
-    idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi and int(ev.seq[i]) not in later]
+    gone = {q for q in later if q >= 0}  # the transfers Kineto shows of them (-1: none shown, nothing to leave out)
+    idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi and int(ev.seq[i]) not in gone]
     idx.sort(key=lambda i: ev.start[i])
     enq = sorted((int(r[Col.B]), int(r[Col.A]), int(r[Col.T_NS]), int(x[Col.X])) for r, x in
                  zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
@@ -207,7 +208,7 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                                        lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane), comm_kind=CommKind(int(ev.comm_kind[i]))))
     host = []
     kind_of = {int(ev.seq[i]): colls.get(i, CommKind.UNKNOWN) for i in idx}  # a host enqueue's kind: its transfer's
-    hooked = set(seq_of.values()) | hook_ops | set(later)
+    hooked = set(seq_of.values()) | hook_ops | gone
     for j in loop:
         if ev.seq[j] >= 0 and int(ev.seq[j]) not in hooked:
             host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j]),
