@@ -182,7 +182,9 @@ def root_phases(g: Graph) -> list[frozenset[int]]:
         return [frozenset(roots)]
     root_of = {n: u.root for u in fs.units for n in u.layers}
     of_layer = np.array([root_of.get(n, -1) for n in g.layers] + [-1])
-    steps = np.unique(g.step)
+    steps = np.unique(g.step[g.step >= 0])  # -1: nodes of no step
+    if not len(steps):
+        return [frozenset(roots)]
     step = steps[1] if len(steps) > 1 else steps[0]
     m = (g.rank == g.rank[g.rank >= 0].min()) & (g.step == step) & (g.layer >= 0) & np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD])
     idx = np.flatnonzero(m)[np.argsort(g.order[m], kind="stable")]
