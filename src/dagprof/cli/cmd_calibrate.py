@@ -25,6 +25,7 @@ from ..costmodel.topology import allreduce_equivalent_factor, save_link_model
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..passes.compression import chained_text
+from ..traces.cpu_sets import usable_cpus
 from ..traces.events import CommKind
 from ..units import MB
 from .common import finite_positive, positive_int, shown
@@ -97,7 +98,7 @@ def run(args) -> dict:
         path = save_link_model(args.out, link, kinds=kinds, fsdp=fsdp, fsdp_record=record,
                                overlap=None if measured.overlap is None else msgspec.to_builtins(measured.overlap),
                                backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us, times_us=measured.sweeps[0].times_us,
-                               cpus=len(os.sched_getaffinity(0)), load=[load, os.getloadavg()[0]],
+                               cpus=usable_cpus(), load=[load, os.getloadavg()[0]],
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
     per_kind = [{"kind": s.kind.label, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,

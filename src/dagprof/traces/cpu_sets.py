@@ -19,6 +19,14 @@ def this_process() -> str:
         return ""
 
 
+def usable_cpus() -> int:
+    """How many cores this process may run on (its affinity set; the machine's count where the platform keeps none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
+
+
 def cpu_list(cores: set[int] | frozenset[int]) -> str:
     """``{0, 1, 2, 5}`` -> ``"0-2,5"``."""
     out, ids = [], sorted(cores)

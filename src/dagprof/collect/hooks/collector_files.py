@@ -51,7 +51,7 @@ def process_info() -> dict[str, Any]:
     return {
         "rank": rank, "world_size": world, "backend": backend, "host": socket.gethostname(), "pid": os.getpid(),
         "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": str(torch.__version__),
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
+        "cpus": cpu_sets.usable_cpus(),
         "cpu_set": cpu_sets.this_process(),
     }
 

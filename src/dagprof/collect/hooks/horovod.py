@@ -70,14 +70,6 @@ def settings_from_env(env: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def usable_cpus() -> int | None:
-    """The cores this process may run on: Horovod's ``synchronize()`` spins one of them while it waits."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
-
-
 class HorovodCollector(Collector):
     """``Collector`` plus Horovod's requests, ``synchronize`` waits and the rank-0 timeline."""
 
@@ -266,7 +258,7 @@ class HorovodCollector(Collector):
             "host": self._info.get("host"), "horovod": version, "settings": settings_from_env(),
             "timeline": os.path.basename(self._timeline) if self._timeline else None, "warnings": self.warnings,
             "log": os.path.basename(self._log.path) if self._log is not None and self._log.path else None,
-            "utc_offset_s": time.localtime().tm_gmtoff, "calmed_threads": len(self._calmed), "cpus": usable_cpus(), "cpu_set": cpu_sets.this_process(),
+            "utc_offset_s": time.localtime().tm_gmtoff, "calmed_threads": len(self._calmed), "cpus": cpu_sets.usable_cpus(), "cpu_set": cpu_sets.this_process(),
             "window_tx_bytes": _window_bytes(*self._tx_bytes),
             "enqueues": [list(e) for e in self.enqueues],
         }

@@ -184,7 +184,7 @@ class profile:
             "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "keys": keys,
             "update_on_kvstore": on_servers,
             "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
-            "cpus": len(os.sched_getaffinity(0)), "cpu_set": cpu_sets.this_process(), "cpu_s": self.cpu_s,
+            "cpus": cpu_sets.usable_cpus(), "cpu_set": cpu_sets.this_process(), "cpu_s": self.cpu_s,
             "main_cpu_s": self.main_cpu_s, "rows": {str(k): v for k, v in self.rows.items()},
         })
 

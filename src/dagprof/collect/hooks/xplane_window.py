@@ -311,7 +311,7 @@ class StepWindow:
             "step_times_us": {str(s): (b - a) / 1e3 for s, (a, b) in sorted(self.step_times_ns.items())},
             "unprofiled_step_times_us": {str(s): d / 1e3 for s, d in sorted(self.unprofiled_ns.items())},
             "grad_bytes": int(self.grad_bytes), "warnings": said,
-            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
+            "cpus": cpu_sets.usable_cpus(),
             "cpu_set": cpu_sets.this_process(),
         }
         info |= {"thread_sched_ns": self.sched.steps, "process_cpu_ns": self.sched.process, "thread_runs": self.sched.runs,
