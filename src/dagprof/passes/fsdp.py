@@ -210,8 +210,8 @@ def still_gathered(g: Graph, kept: set[str]) -> Regathers:
         return none
     events = []  # (order, unit, node): node >= 0 an all-gather, -1 the unit resharded after a backward
     for c in fsdp_collectives(g):
-        if c.kind == CommKind.ALL_GATHER and c.unit in kept:
-            r, issue = min(issuers(g, c.node).items())
+        if c.kind == CommKind.ALL_GATHER and c.unit in kept and (by_rank := issuers(g, c.node)):
+            r, issue = min(by_rank.items())
             events.append((r, float(g.order[issue]), c.unit, c.node))
     if not events:
         return none
