@@ -69,6 +69,7 @@ from .link_fit import (
     pipelined,
     priced_comm,
     priced_world_size,
+    profiled_collectives,
 )
 
 
@@ -89,7 +90,50 @@ SOCKET_BUFFER_BYTES = 256 << 10
 
 
 def current_topology(g: Graph) -> Topology:
-    return g.meta.topology or fit_topology(g)
+    return g.meta.topology or _fitted_topology(g)
+
+
+def _fitted_topology(g: Graph, fit: LinkFit | None = None) -> Topology:
+    """The topology of the link fitted to ``g``'s collectives as measured (``fit_topology``); a script's own queued
+    async collectives' on the wire beside their per-call cost (``own_call_link``)."""
+    fit = fit or link_fit(g)
+    cost = own_call_cost(g)
+    return fit_topology(g, fit) if cost is None else own_call_link(g, fit_topology(g, fit), cost)
+
+
+def own_call_cost(g: Graph) -> float | None:
+    """us: the fixed cost of one of the script's own queued async collectives (``queued_own``) on gloo's worker threads,
+    its smallest size's median service time (the channel's time from the later of its ranks' issue and the previous
+    completion: what it took beyond its queueing behind the group's earlier works); None where none is queued."""
+    if not queued_own(g)[priced_comm(g)].any():
+        return None
+    nbytes, dur = profiled_collectives(g, overlapping=True)
+    return float(np.median(dur[nbytes == nbytes.min()]))
+
+
+def own_call_link(g: Graph, t: Topology, cost_us: float) -> Topology:
+    """``t`` with its link the wire alone and ``cost_us`` (``own_call_cost``) a floor each collective takes at least: the
+    call's turns on the cores run beside its bytes' crossing, so a wire faster than the call hides nothing and a slower
+    one shows only where its time exceeds the call's (``_prices``' floor). The wire: the rate the run was profiled at
+    where known (``GraphMeta.wire_bytes_per_s``), else the largest size's median service time beyond the per-call cost
+    over its bytes (the rest of the mean is cores: a 1-8 ms stall of a thread waiting for one); what each instance took
+    beyond its price stays its own (``instance_residuals``).
+
+    Fitted through the whole service times, the per-call cost read as wire: the DP x TP ViT's 80 all-reduces a step of
+    40 B-128 kB on 2 ranks (``bench/tp_fresh/vit_tp_manual_dp.py``, testbed) took 0.15-0.42 ms (medians per size) on
+    loopback whatever their bytes, a 190-470 Mbit/s link that ``--bandwidth 1Gbit`` made 2-5 times faster (the job
+    measured slower). The hand-bucketed ResNet on 4 ranks over 2 cores (``bench/hand_dp/convnet_buckets.py``) took 3-8
+    ms a call on every link, its time beyond that per byte 310-710 Mbit/s at the 200 Mbit/s wire: its wire crossed
+    while the ranks' threads waited for a core, and its step did not move from 1 Gbit/s to 200 Mbit/s (114-120 ms)."""
+    if g.meta.wire_bytes_per_s is not None:
+        beta = 1e6 / g.meta.wire_bytes_per_s
+    else:
+        nbytes, dur = profiled_collectives(g, overlapping=True)
+        n = max(priced_world_size(g), 2)
+        beta = max(float(np.median(dur[nbytes == nbytes.max()])) - cost_us, 0.0) / (2 * (n - 1) / n * float(nbytes.max()))
+    wire, bare = AlphaBeta(0.0, beta), AlphaBeta(0.0, 0.0)
+    none = replace(t, inter=bare, intra=bare, overhead_us=0.0, kinds=(), floor=None, floor_wire=None)
+    return replace(t, inter=wire, intra=wire, overhead_us=0.0, kinds=(), floor=replace(none, overhead_us=cost_us), floor_wire=none)
 
 
 def current_scheme(g: Graph) -> CollectiveSpec:
@@ -227,10 +271,11 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
     time at either rate (that round's 1 MB reduce-scatters 8.3-10.8 ms at 1 Gbit/s, 43.7-46.1 at 200 Mbit/s), so it is
     kept as time, not as a share of the price. ``fit``: ``link_fit(g)`` where the caller has it."""
     out = np.zeros(len(idx))
-    if not len(idx) or not jax_on_gloo(g) or pipelined(g):
+    own = own_call_cost(g) is not None
+    if not len(idx) or not (jax_on_gloo(g) or own) or pipelined(g):
         return out
-    if g.meta.topology is not None:
-        return g.dur[idx] - model_prices(g, idx, g.meta.topology, current_scheme(g))
+    if g.meta.topology is not None or own:
+        return g.dur[idx] - model_prices(g, idx, current_topology(g), current_scheme(g))
     try:
         fit = fit or link_fit(g)
         own = g.dur[idx] - fitted_stalls(g, fit)[idx]
@@ -472,7 +517,9 @@ def _measured_link(g: Graph) -> tuple[LinkFit | None, Topology | None]:
         return None, None
     try:
         fit = link_fit(g)
-        return fit, fit_topology(g, fit)
+        if own_call_cost(g) is not None:  # each instance keeps its time beyond its price (``instance_residuals``), no stall apart
+            fit = replace(fit, stalls=None)
+        return fit, _fitted_topology(g, fit)
     except DagprofError:
         return None, None
 

@@ -27,7 +27,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
-from ..passes.comm import activation_comm, current_topology, in_op_prices
+from ..passes.comm import activation_comm, current_topology, in_op_prices, own_call_cost
 from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
 from ..passes.data_parallel import conversion_note, conversion_summary, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
@@ -187,7 +187,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         steps_graph = undisturb(steps_graph, on_link(steps_graph, base_topo), cluster)
     model = job_iteration_us(*disturb(on_link(g0, base_topo), cluster))
     given = base_topo is None or cluster.topology or cluster.link_model or g0.meta.topology  # else the link is fitted to the profile's collectives
-    fit = None if given else link_fit(g0)
+    # a script's own queued calls: the wire beside each call's measured cost (``passes.comm.own_call_link``), no fit extrapolated
+    fit = None if given or own_call_cost(g0) is not None else link_fit(g0)
     # a refusal names a weak fit's reason: the BERT MLM's 2.1-2.5 % misses (Horovod) were fits whose message size explained 19-42 %
     fitted = "the link fitted to its collectives" + ("" if fit is None or fit.weak is None else f" ({fit.weak})")
     model_error = check_model(model, measured_us, tolerance_pct, built, corrected, removed if corrected is not None else 0.0,
@@ -671,4 +672,6 @@ def link_text(t: Topology | None) -> str:
     # the model's hosts are the ends of its link, not the machines the ranks ran on (a loopback job's ranks shared one)
     ends = (f"{count(t.hosts, 'rank')}, one per end of the link" if t.devices_per_host == 1
             else f"{count(t.hosts, 'link end')} of {count(t.devices_per_host, 'rank')}")
-    return f"{ends}, link {rate}, latency {figure(ab.alpha_us)} us, {figure(t.overhead_us)} us per collective"
+    # a script's own queued calls: their per-call cost a floor beside the wire (``passes.comm.own_call_link``)
+    call = f", each at least its {figure(t.floor.overhead_us)} us call" if t.floor is not None and t.floor.inter.beta_us_per_byte == 0 else ""
+    return f"{ends}, link {rate}, latency {figure(ab.alpha_us)} us, {figure(t.overhead_us)} us per collective{call}"
