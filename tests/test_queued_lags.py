@@ -32,7 +32,9 @@ def test_a_slower_link_leaves_a_queued_ranks_lag_and_scales_the_last_ones():
     queued = queued_own(g)[late[:, 0]]
     assert queued.any() and (~queued).any()
     grew = slow.gap[late[:, 1]] - g.gap[late[:, 1]]
-    assert lag[lag > 0][queued].sum() > 1000 and np.abs(grew[queued]).max() < 1.0  # us: as measured (but a next join's wire)
+    # us: as measured, but where the node also waits for a last (unqueued) collective: that one's wire, its 40 B at the new
+    # rate (2 us; from the loopback's wire beside its per-call cost, ``passes.comm.own_call_link``)
+    assert lag[lag > 0][queued].sum() > 1000 and np.abs(grew[queued]).max() < 5.0
     assert (grew[~queued] > 0).all()  # the last one's lag, wire time, stretched
 
 
