@@ -107,7 +107,10 @@ def own_call_cost(g: Graph) -> float | None:
     completion: what it took beyond its queueing behind the group's earlier works); None where none is queued."""
     if not queued_own(g)[priced_comm(g)].any():
         return None
-    nbytes, dur = profiled_collectives(g, overlapping=True)
+    try:
+        nbytes, dur = profiled_collectives(g, overlapping=True)
+    except DagprofError:  # none sized and timed: the link fit refuses as before
+        return None
     return float(np.median(dur[nbytes == nbytes.min()]))
 
 
@@ -269,7 +272,9 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
     all-gathers' nodes took 4.7-7.2 ms, the next join 2.0-4.3, their sum 8.95-9.24; priced at their mean with the joins
     as measured, the model's steps missed by up to +-3 ms and its median step came out +5.6 %. The spread is the same
     time at either rate (that round's 1 MB reduce-scatters 8.3-10.8 ms at 1 Gbit/s, 43.7-46.1 at 200 Mbit/s), so it is
-    kept as time, not as a share of the price. ``fit``: ``link_fit(g)`` where the caller has it."""
+    kept as time, not as a share of the price. ``fit``: ``link_fit(g)`` where the caller has it. A script's own queued
+    async collectives (``own_call_cost``) likewise: each keeps its time beyond its price on the wire beside its call
+    (``own_call_link``), as measured or priced."""
     out = np.zeros(len(idx))
     own = own_call_cost(g) is not None
     if not len(idx) or not (jax_on_gloo(g) or own) or pipelined(g):
