@@ -117,7 +117,9 @@ def test_peak_memory_of_several_roots_says_what_it_assumes(tmp_path, capsys):
     copy = shutil.copytree(GAN, tmp_path / "gan")
     assert main(["whatif", str(copy), "--reshard-after-forward", "off", "--no-trace"]) == 0
     out = capsys.readouterr().out
-    assert "2 fully_shard roots: the peak per rank counts each root's activations" in out
+    assert "2 fully_shard roots: the peak per rank counts each root's activations" in out and "ddp row" not in " ".join(out.split())
+    assert main(["whatif", str(copy), "--data-parallel", "ddp", "--no-trace"]) == 0
+    assert "a --data-parallel ddp row's peak counts every model's activations at once" in " ".join(capsys.readouterr().out.split())
     one = shutil.copytree(DATA / "fsdp-fresh" / "vit-save", tmp_path / "one")
     assert main(["whatif", str(one), "--reshard-after-forward", "off", "--no-trace"]) == 0
     assert "fully_shard roots" not in capsys.readouterr().out
