@@ -85,6 +85,8 @@ def test_optimize_refuses_in_one_line_and_the_unit_what_ifs_answer(tmp_path, cap
     assert main(["optimize", str(copy)]) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "dagprof whatif RUN" in err and "--data-parallel ddp" in err
+    assert main(["whatif", str(copy), "--data-parallel", "ddp", "--bucket-mb", "1"]) != 0  # re-lays one reducer's buckets
+    assert "with --bucket-mb or --no-overlap" in capsys.readouterr().err
     for args in (["--reshard-after-forward", "off"], ["--units", "merge:2"], ["--workers", "4", "--cores", "2"], ["--data-parallel", "ddp"]):
         assert main(["whatif", str(copy), *args, "--json", "--no-trace"]) == 0
 

@@ -102,6 +102,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float | None = None, costs: FsdpCosts | Non
     buckets = {m: _ddp_buckets(g, {x: nb for x, nb in trained.items() if root_of[x] == m}, cap * MB,
                                (DEFAULT_FIRST_BUCKET_MB if bucket_mb is None else cap) * MB) for m in models}
     unit_root = {u.name: u.root for u in fs.units}
+    several = len(set(unit_root.values())) > 1  # one root: a bucket none of whose layers ran backward is refused, as before
     layer_root = np.asarray([_root_of(fs.units, x) for x in g.layers] + [-1], dtype=np.int64)  # [-1]: a node of no layer
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
     _root_beside_prefetch(b, g, [(fcs[c.comm], c) for c in found], {FSDP_ROOT} | {u.name for u in fs.units if u.is_root})
@@ -135,7 +136,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float | None = None, costs: FsdpCosts | Non
                 ids = set().union(*(_layers_under(g, x) for x in layers))
                 for r in ranks:
                     bw = [v for v in passes[r][s][0] if g.kind[v] == Kind.BACKWARD]
-                    bw = [v for v in bw if int(g.layer[v]) in ids] or [v for v in bw if layer_root[g.layer[v]] == m] or bw
+                    own = [v for v in bw if int(g.layer[v]) in ids]
+                    bw = own or ([v for v in bw if layer_root[g.layer[v]] == m] or bw if several or not ids else [])
                     if not bw:
                         raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} runs no backward of {layers[0]}; cannot bucket its gradients")
                     at = max(bw, key=lambda v: g.order[v])
