@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 from testdata import DATA
 
@@ -13,10 +14,11 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
 from dagprof.passes.fsdp import set_reshard
+from dagprof.passes.fsdp_to_ddp import fsdp_to_ddp
 from dagprof.passes.fsdp_units import merge_units, unit_groups
 from dagprof.search.fsdp_memory import fsdp_peak, root_phases
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.events import CommKind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.run_schema import FSDP_ROOT
 
 DINO, GAN, A2C = DATA / "fsdp-fresh" / "dino-both", DATA / "fsdp-fresh" / "gan-roots", DATA / "fsdp-fresh" / "a2c-roots"
@@ -77,11 +79,38 @@ def test_memory_sums_the_roots(dino):
     assert m.optimizer == dino.meta.fsdp.memory[0].optim_state_bytes
 
 
-def test_ddp_conversion_refuses_in_one_line_and_the_unit_what_ifs_answer(tmp_path):
+def test_optimize_refuses_in_one_line_and_the_unit_what_ifs_answer(tmp_path, capsys):
+    """``dagprof.apply`` deploys a strategy on one root: the search refuses, saying what prices this job's settings instead."""
     copy = shutil.copytree(GAN, tmp_path / "gan")
-    assert main(["whatif", str(copy), "--data-parallel", "ddp"]) != 0 and main(["optimize", str(copy)]) != 0
-    for args in (["--reshard-after-forward", "off"], ["--units", "merge:2"], ["--workers", "4", "--cores", "2"]):
+    assert main(["optimize", str(copy)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "dagprof whatif RUN" in err and "--data-parallel ddp" in err
+    assert main(["whatif", str(copy), "--data-parallel", "ddp", "--bucket-mb", "1"]) != 0  # re-lays one reducer's buckets
+    assert "with --bucket-mb or --no-overlap" in capsys.readouterr().err
+    for args in (["--reshard-after-forward", "off"], ["--units", "merge:2"], ["--workers", "4", "--cores", "2"], ["--data-parallel", "ddp"]):
         assert main(["whatif", str(copy), *args, "--json", "--no-trace"]) == 0
+
+
+def _ddp_allreduces(g) -> list[tuple[int, int]]:
+    """(step, bytes) of every bucket all-reduce of a DDP graph."""
+    sel = (g.kind == Kind.COMM) & (g.comm_kind == CommKind.ALL_REDUCE) & (g.bucket >= 0)
+    return [(int(g.step[v]), int(g.nbytes[v])) for v in np.flatnonzero(sel)]
+
+
+def test_ddp_conversion_buckets_each_model_in_each_backward_that_reaches_it(dino, gan):
+    """DDP wraps each trained model alone: its own reducer and buckets, all-reduced in every backward that reaches its
+    parameters and waited for at that backward's end. The GAN's discriminator takes two backwards a step (its loss's,
+    then the generator's through it), the generator one; DINO's no-grad EMA teacher none. No FSDP collective stays."""
+    for g, second, per_step, passes in ((gan, "FSDPSequential1.", (1, 2), 2), (dino, "FSDPViT1.", (0, 1), 1)):
+        grad = g.meta.fsdp.layer_grad_bytes
+        first_bytes, second_bytes = sum(nb for x, nb in grad.items() if not x.startswith(second)), sum(nb for x, nb in grad.items() if x.startswith(second))
+        out = fsdp_to_ddp(g)
+        assert out.meta.fsdp is None and set(out.comm_kind[out.kind == Kind.COMM].tolist()) == {CommKind.ALL_REDUCE}
+        for step in g.meta.steps:
+            moved = sum(nb for s, nb in _ddp_allreduces(out) if s == step)
+            assert moved == per_step[0] * first_bytes + per_step[1] * second_bytes
+            finals = [v for v in np.flatnonzero((out.step == step) & (out.rank == 0)) if out.node_name(v).endswith("ddp finalize (wait for buckets)")]
+            assert len(finals) == passes
 
 
 def test_peak_memory_of_several_roots_says_what_it_assumes(tmp_path, capsys):
@@ -90,7 +119,9 @@ def test_peak_memory_of_several_roots_says_what_it_assumes(tmp_path, capsys):
     copy = shutil.copytree(GAN, tmp_path / "gan")
     assert main(["whatif", str(copy), "--reshard-after-forward", "off", "--no-trace"]) == 0
     out = capsys.readouterr().out
-    assert "2 fully_shard roots: the peak per rank counts each root's activations" in out
+    assert "2 fully_shard roots: the peak per rank counts each root's activations" in out and "ddp row" not in " ".join(out.split())
+    assert main(["whatif", str(copy), "--data-parallel", "ddp", "--no-trace"]) == 0
+    assert "a --data-parallel ddp row's peak counts every model's activations at once" in " ".join(capsys.readouterr().out.split())
     one = shutil.copytree(DATA / "fsdp-fresh" / "vit-save", tmp_path / "one")
     assert main(["whatif", str(one), "--reshard-after-forward", "off", "--no-trace"]) == 0
     assert "fully_shard roots" not in capsys.readouterr().out

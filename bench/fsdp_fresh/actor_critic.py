@@ -2,7 +2,7 @@
 critic each ``fully_shard`` per block and at the root, two optimizers. Habits no other fresh script has: the actor run
 forward twice a step (once under ``torch.no_grad()`` to act, once to learn), the critic's value targets bootstrapped
 from a second no-grad critic forward on the next observations, the critic stepped before the actor, and an entropy
-bonus. Run as::
+bonus. ``--ddp`` runs the same loop with each model in its own ``DistributedDataParallel``. Run as::
 
     dagprof profile -o runs/a2c -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/actor_critic.py --steps 10
 """
@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 
 class Tower(nn.Module):
@@ -49,14 +50,17 @@ def main() -> None:
     ap.add_argument("--obs", type=int, default=48)
     ap.add_argument("--actions", type=int, default=12)
     ap.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
+    ap.add_argument("--ddp", action="store_true", help="wrap each model in its own DistributedDataParallel instead (the held-out run of "
+                    "whatif --data-parallel ddp)")
     ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
     reshard = None if args.reshard is None else args.reshard == "on"
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    actor = shard(Tower(args.obs, 192, 3, args.actions), reshard)
-    critic = shard(Tower(args.obs, 256, 2, 1), reshard)
+    wrap = DistributedDataParallel if args.ddp else (lambda m: shard(m, reshard))
+    actor = wrap(Tower(args.obs, 192, 3, args.actions))
+    critic = wrap(Tower(args.obs, 256, 2, 1))
     opt_a = torch.optim.Adam(actor.parameters(), lr=3e-4)
     opt_c = torch.optim.RMSprop(critic.parameters(), lr=1e-3)
     dynamics = torch.randn(args.obs + args.actions, args.obs, generator=torch.Generator().manual_seed(3)) / args.obs ** 0.5

@@ -13,7 +13,8 @@ Habits it exercises, as DINO users write them (no other fresh script has this fa
 - the last layer's gradients cancelled for the first ``--freeze-last`` steps (``p.grad = None`` on its DTensors), weight
   decay on matrices only (two AdamW parameter groups), ``clip_grad_norm_(3.0)`` over the sharded gradients;
 - ``--local-crops 0`` trains on the global crops only (the run ``dagprof diff`` compares with); rank 0 prints its median
-  step from the fourth on (``median step N ms``).
+  step from the fourth on (``median step N ms``);
+- ``--ddp``: the same loop with the student in ``DistributedDataParallel`` and the teacher a plain module.
 
     dagprof profile -o runs/dino -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/dino_ema_teacher.py --steps 12
 """
@@ -32,6 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
 
 
 class Block(nn.Module):
@@ -97,6 +99,8 @@ def main() -> None:
     p.add_argument("--local-crops", type=int, default=4)
     p.add_argument("--freeze-last", type=int, default=3)
     p.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
+    p.add_argument("--ddp", action="store_true", help="the student in DistributedDataParallel, the teacher a plain module (the held-out "
+                   "run of whatif --data-parallel ddp)")
     p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     reshard = None if args.reshard is None else args.reshard == "on"
@@ -106,11 +110,12 @@ def main() -> None:
     student, teacher = ViT(), ViT()
     teacher.load_state_dict(student.state_dict())
     teacher.requires_grad_(False)
-    student, teacher = shard(student, reshard), shard(teacher, reshard)
-    decay = [q for n, q in student.named_parameters() if q.ndim > 1]
-    no_decay = [q for n, q in student.named_parameters() if q.ndim <= 1]
+    plain = student
+    student, teacher = (DistributedDataParallel(student), teacher) if args.ddp else (shard(student, reshard), shard(teacher, reshard))
+    decay = [q for n, q in plain.named_parameters() if q.ndim > 1]
+    no_decay = [q for n, q in plain.named_parameters() if q.ndim <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.04}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4)
-    last = [q for n, q in student.named_parameters() if n.startswith("last.")]
+    last = [q for n, q in plain.named_parameters() if n.startswith("last.")]
     center = torch.zeros(1, 512)
     g = torch.Generator().manual_seed(7 + rank)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -124,8 +129,9 @@ def main() -> None:
             global_views = crops(g, images, 32, 2)
             with torch.no_grad():
                 t_out = teacher(global_views)
-            teacher.reshard()  # FSDP2 keeps the root's parameters unsharded after a forward (backward would need them)
-            if reshard is False:  # every unit kept unsharded after its no-grad forward: the EMA below needs their shards
+            if not args.ddp:
+                teacher.reshard()  # FSDP2 keeps the root's parameters unsharded after a forward (backward would need them)
+            if reshard is False and not args.ddp:  # every unit kept unsharded after its no-grad forward: the EMA below needs their shards
                 for block in teacher.blocks:
                     block.reshard()
             s_out = student(global_views)
@@ -142,7 +148,7 @@ def main() -> None:
             with torch.no_grad():
                 m = 1 - (1 - 0.996) * (math.cos(math.pi * step / args.steps) + 1) / 2
                 t_local = [q.to_local() if isinstance(q, DTensor) else q for q in teacher.parameters()]
-                s_local = [q.to_local() if isinstance(q, DTensor) else q for q in student.parameters()]
+                s_local = [q.to_local() if isinstance(q, DTensor) else q for q in plain.parameters()]
                 torch._foreach_mul_(t_local, m)
                 torch._foreach_add_(t_local, s_local, alpha=1 - m)
                 batch_center = t_out.sum(0, keepdim=True)

@@ -2,7 +2,8 @@
 
 A user's habit dagprof was not built with: two ``fully_shard`` roots trained in turn (the discriminator on real and fake
 samples, then the generator through it), the discriminator's first forward after the generator's (``--late-disc``: it
-is sharded only after the generator's first forward). Run as::
+is sharded only after the generator's first forward). ``--ddp`` runs the same
+loop with each model in its own ``DistributedDataParallel``. Run as::
 
     dagprof profile -o runs/gan -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/gan_two_roots.py --steps 8
 """
@@ -17,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 
 def mlp(sizes: list[int], last: nn.Module | None) -> nn.Sequential:
@@ -40,6 +42,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--late-disc", action="store_true", help="shard the discriminator after the generator's first forward")
     ap.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
+    ap.add_argument("--ddp", action="store_true", help="wrap each model in its own DistributedDataParallel instead (the held-out run of "
+                    "whatif --data-parallel ddp)")
     ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
     reshard = None if args.reshard is None else args.reshard == "on"
@@ -49,9 +53,11 @@ def main() -> None:
     disc = mlp([64, args.width, args.width, 1], None)
     bce = nn.BCEWithLogitsLoss()
     g = torch.Generator().manual_seed(1 + int(os.environ.get("RANK", "0")))
-    for model in (gen,) if args.late_disc else (gen, disc):
+    if args.ddp:
+        gen, disc = DistributedDataParallel(gen), DistributedDataParallel(disc)
+    for model in () if args.ddp else (gen,) if args.late_disc else (gen, disc):
         shard(model, reshard)
-    if args.late_disc:  # a habit: the second model built (or sharded) after a first forward of the first
+    if args.late_disc and not args.ddp:  # a habit: the second model built (or sharded) after a first forward of the first
         gen(torch.randn(2, 32, generator=g))
         shard(disc, reshard)
     opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))

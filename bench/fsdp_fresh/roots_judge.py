@@ -1,6 +1,7 @@
 """Predict each round of ``roots_rounds.sh`` (FSDP2 jobs of two ``fully_shard`` roots) from its profile and hold it against
 the jobs measured in the same round: per script, ``whatif --reshard-after-forward off`` against the job run with every
-unit's ``reshard_after_forward=False``, and ``--workers 4 --cores 2`` against the job at 4 ranks on the machine's 2 cores.
+unit's ``reshard_after_forward=False``, ``--workers 4 --cores 2`` against the job at 4 ranks on the machine's 2 cores, and
+``--data-parallel ddp`` against the script's ``--ddp`` job (each trained model in its own DistributedDataParallel).
 Each cell: predicted ms, measured ms (rank 0's median step), error; and the change (predicted over the model of the
 profiled run against the measured over the job run as written), which takes out the level the profiler and the load put
 the profiled job at. The replay of the measured configuration (the model's error on the profiled run) is printed beside.
@@ -23,7 +24,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from whatif_cli import Refused, whatif_json  # noqa: E402
 
-CELLS = {"off": ["--reshard-after-forward", "off"], "w4": ["--workers", "4", "--cores", "2"]}
+CELLS = {"off": ["--reshard-after-forward", "off"], "w4": ["--workers", "4", "--cores", "2"], "ddp": ["--data-parallel", "ddp"]}
 _STEP = re.compile(r"^(\w+) (\w+) load ([0-9.]+) median step ([0-9.]+) ms$")
 
 

@@ -16,12 +16,16 @@ input) and that copy back each cost the FSDP profile's copy-out time per byte (t
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..costmodel.fsdp_costs import FsdpCosts, optimizer_ratio
+from ..costmodel.topology import Topology, priced_kind
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, refuse_several_roots, refuse_untimed_roots, step_size
+from ..graph.build_fsdp import fsdp_collectives, refuse_untimed_roots, step_size
 from ..graph.dag import Graph, GraphBuilder
+from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
 from ..traces.run_schema import FSDP1_API, FSDP_ROOT
 from ..units import MB
@@ -53,8 +57,6 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float | None = None, costs: FsdpCosts | Non
     to +7.3 % (they were +11.1 % at most). What stays high: the calibrated DTensor-to-plain ratio put the transformer's
     step 2-5 ms above DDP's, and the transformer's FSDP layers ran their backward 3 ms slower than DDP's."""
     refuse_untimed_roots(g, "--data-parallel ddp")
-    refuse_several_roots(g, "--data-parallel ddp", "DDP gives each model its own reducer and buckets (a forward-only one "
-                         "none), and this conversion lays one model's buckets")
     fs = g.meta.fsdp
     n = graph_world_size(g)
     fcs = {c.node: c for c in fsdp_collectives(g)}
@@ -94,50 +96,80 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float | None = None, costs: FsdpCosts | Non
     # them) already: its step times the ranks (DTensor's ratio made fsdp1_sgo_frozen.py's DDP step 0.96 ms where it ran 3.98)
     dur[upd] /= (1.0 / n) if fs.api == FSDP1_API else (optimizer_ratio(costs, g.meta.torch_minor, tensors, nbytes, n) or 1.0 / n)
     cap = DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
-    buckets = _ddp_buckets(g, _trained_grad_bytes(g, fs.layer_grad_bytes), cap * MB, (DEFAULT_FIRST_BUCKET_MB if bucket_mb is None else cap) * MB)
-    params = sum(nb for _, nb in buckets)
+    trained = _trained_grad_bytes(g, fs.layer_grad_bytes)
+    root_of = {x: _root_of(fs.units, x) for x in trained}
+    models = sorted({root_of[x] for x, nb in trained.items() if nb > 0}) or [0]
+    buckets = {m: _ddp_buckets(g, {x: nb for x, nb in trained.items() if root_of[x] == m}, cap * MB,
+                               (DEFAULT_FIRST_BUCKET_MB if bucket_mb is None else cap) * MB) for m in models}
+    unit_root = {u.name: u.root for u in fs.units}
+    several = len(set(unit_root.values())) > 1  # one root: a bucket none of whose layers ran backward is refused, as before
+    layer_root = np.asarray([_root_of(fs.units, x) for x in g.layers] + [-1], dtype=np.int64)  # [-1]: a node of no layer
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
-    _root_beside_prefetch(b, g, [(fcs[c.comm], c) for c in found])
+    _root_beside_prefetch(b, g, [(fcs[c.comm], c) for c in found], {FSDP_ROOT} | {u.name for u in fs.units if u.is_root})
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     for step in g.meta.steps:
-        lanes = {r: main_lane(g, step, r) for r in ranks}
-        finals = {}
-        for r in ranks:
-            up = [int(v) for v in lanes[r] if g.kind[v] == Kind.UPDATE]
-            if not up:
-                raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} has no optimizer step to wait for the buckets")
-            o, dev = float(g.order[up[0]]), int(g.device[up[0]])
-            finals[r] = b.add_node(f"rank{r}.ddp finalize (wait for buckets)", Kind.COMM_WAIT, rank=r, device=dev, gap=lag.get(r, 0.0),
-                                   order=o - 2 * _EPS, step=step)
-            b.add_node(f"rank{r}.ddp copy buckets to grads", Kind.OTHER, rank=r, device=dev, dur=params * out_us_per_byte, order=o - _EPS, step=step)
-        last = {r: -np.inf for r in ranks}
-        for k, (layers, nbytes) in enumerate(buckets):
-            sync = b.add_node(f"sync.allreduce bucket {k}", Kind.SYNC, step=step, bucket=k)
-            ready = -np.inf
-            # a bucket's gradients are ready at the last backward of a layer in it, or of one under a module owning some
-            # (a LoRA layer's adapters: the backward of its ``base``); the root model's own parameters at backward's end
-            ids = set().union(*(_layers_under(g, x) for x in layers)) or set(range(len(g.layers)))
+        passes = {r: _backward_passes(g, main_lane(g, step, r), step, r) for r in ranks}
+        if len({len(p) for p in passes.values()}) > 1:
+            raise DagprofError(f"--data-parallel ddp: in step {step} the ranks ran {sorted({len(p) for p in passes.values()})} backward "
+                               "passes before an optimizer step; their DDP buckets cannot be matched across ranks")
+        last, k = {r: -np.inf for r in ranks}, 0
+        for s in range(len(passes[ranks[0]])):
+            ran = {int(layer_root[g.layer[v]]) for r in ranks for v in passes[r][s][0] if g.kind[v] == Kind.BACKWARD}
+            ran |= {unit_root.get(g.node_name(v).partition(".")[2].removeprefix("fsdp reduce_scatter "), -1) for r in ranks
+                    for v in passes[r][s][0] if g.kind[v] == Kind.COMM_ENQUEUE}
+            laid = [(m, layers, nbytes) for m in models if m in ran for layers, nbytes in buckets[m]]
+            finals = {}
             for r in ranks:
-                bw = [int(v) for v in lanes[r] if g.kind[v] == Kind.BACKWARD and int(g.layer[v]) in ids]
-                if not bw:
-                    raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} runs no backward of {layers[0]}; cannot bucket its gradients")
-                at = max(bw, key=lambda v: g.order[v])
-                o = max(float(g.order[at]), last[r]) + _EPS * (k + 1)
-                last[r] = o
-                enq = b.add_node(f"rank{r}.allreduce bucket {k}", Kind.COMM_ENQUEUE, rank=r, device=int(g.device[at]), dur=nbytes * in_us_per_byte,
-                                 order=o, step=step, bucket=k, nbytes=int(nbytes))
-                b.add_edge(int(remap[at]), enq)
-                b.add_edge(enq, sync)
-                ready = max(ready, o)
-            comm = b.add_node(f"allreduce bucket {k}.{step}", Kind.COMM, device=channel, order=ready, step=step, bucket=k, nbytes=int(nbytes),
-                              comm_kind=CommKind.ALL_REDUCE)
-            b.add_edge(sync, comm)
-            for r in ranks:
-                b.add_edge(comm, finals[r])
+                o, dev = float(g.order[passes[r][s][1]]), int(g.device[passes[r][s][1]])
+                finals[r] = b.add_node(f"rank{r}.ddp finalize (wait for buckets)", Kind.COMM_WAIT, rank=r, device=dev, gap=lag.get(r, 0.0),
+                                       order=o - 2 * _EPS, step=step)
+                b.add_node(f"rank{r}.ddp copy buckets to grads", Kind.OTHER, rank=r, device=dev,
+                           dur=sum(nb for _, _, nb in laid) * out_us_per_byte, order=o - _EPS, step=step)
+            for m, layers, nbytes in laid:
+                sync = b.add_node(f"sync.allreduce bucket {k}", Kind.SYNC, step=step, bucket=k)
+                ready = -np.inf
+                # a bucket's gradients are ready at the last backward of a layer in it, or of one under a module owning some
+                # (a LoRA layer's adapters: the backward of its ``base``); the model's own parameters (or a first layer whose
+                # input took no gradient, which times no backward) at the end of its model's backward in this pass, or of the
+                # pass where none of its layers timed one (the window's first backward of a GAN's generator, its
+                # reduce-scatters recorded but not its layers' backward)
+                ids = set().union(*(_layers_under(g, x) for x in layers))
+                for r in ranks:
+                    bw = [v for v in passes[r][s][0] if g.kind[v] == Kind.BACKWARD]
+                    own = [v for v in bw if int(g.layer[v]) in ids]
+                    bw = own or ([v for v in bw if layer_root[g.layer[v]] == m] or bw if several or not ids else [])
+                    if not bw:
+                        raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} runs no backward of {layers[0]}; cannot bucket its gradients")
+                    at = max(bw, key=lambda v: g.order[v])
+                    o = max(float(g.order[at]), last[r]) + _EPS * (k + 1)
+                    last[r] = o
+                    enq = b.add_node(f"rank{r}.allreduce bucket {k}", Kind.COMM_ENQUEUE, rank=r, device=int(g.device[at]), dur=nbytes * in_us_per_byte,
+                                     order=o, step=step, bucket=k, nbytes=int(nbytes))
+                    b.add_edge(int(remap[at]), enq)
+                    b.add_edge(enq, sync)
+                    ready = max(ready, o)
+                comm = b.add_node(f"allreduce bucket {k}.{step}", Kind.COMM, device=channel, order=ready, step=step, bucket=k, nbytes=int(nbytes),
+                                  comm_kind=CommKind.ALL_REDUCE)
+                b.add_edge(sync, comm)
+                for r in ranks:
+                    b.add_edge(comm, finals[r])
+                k += 1
     chain_lanes(b)
     out = b.build()
     out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=cap))
-    return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
+    return retime_collectives(out, _bucket_link(g), current_scheme(g), lags_on=current_topology(g))
+
+
+def _bucket_link(g: Graph) -> Topology:
+    """The link DDP's buckets are priced on: the profile's, less an all-reduce link fitted to the script's own all-reduces
+    (FSDP2 runs none; ``link_fit.profiled_kinds`` gives each kind the profile holds its own link): DINO's 2 KB centre
+    all-reduce, a sync of the ranks that waited 3.8 ms, priced its 1.2 MB bucket at 39 ms. A calibrated sweep's
+    (``Topology.kind_scale``) stays."""
+    topo = current_topology(g)
+    label = priced_kind(CommKind.ALL_REDUCE).label
+    if topo.kind_scale or all(k != label for k, _ in topo.kinds):
+        return topo
+    return replace(topo, kinds=tuple((k, ab) for k, ab in topo.kinds if k != label))
 
 
 def _hook_spans(g: Graph, fsdp: np.ndarray) -> np.ndarray:
@@ -161,23 +193,55 @@ def _hook_spans(g: Graph, fsdp: np.ndarray) -> np.ndarray:
     return out
 
 
-def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list) -> None:
+def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list, roots: set[str]) -> None:
     """The root unit's own backward, which FSDP's profile holds in the wait on the all-gather the root prefetched: a hook
     on the model's output opens the root's layers' backward spans before FSDP's pre-backward hook gathers the root, so
     their compute after it runs untraced while the prefetch is in flight and its wait spans it (in the kept part-7
     profiles 5-6 ms of gap on the transformer's, 39-41 ms on the embedding MLP's, about 1 ms on every other
     all-gather's). What that wait measured beyond the rank's median all-gather gap stays as an ``other:backward`` node
-    where the wait was (``colls``: (``FsdpCollectiveNode``, ``Collective``) of every FSDP collective)."""
+    where the wait was (``colls``: (``FsdpCollectiveNode``, ``Collective``) of every FSDP collective; ``roots``: the
+    ``fully_shard`` roots' own units, each root's backward so held)."""
     gathers = [c for fc, c in colls if fc.kind == CommKind.ALL_GATHER]
     lag = _lag_per_rank(g, np.asarray([v for c in gathers for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0], dtype=np.int64))
     for fc, c in colls:
-        if fc.kind != CommKind.ALL_GATHER or fc.prefetched_by != FSDP_ROOT:
+        if fc.kind != CommKind.ALL_GATHER or fc.prefetched_by not in roots:
             continue
         for v in c.consumers:
             if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0:
                 r = int(g.rank[v])
                 b.add_node(f"rank{r}.other:backward (the root's, beside its prefetch of {fc.unit})", Kind.OTHER, rank=r, device=int(g.device[v]),
                            dur=max(0.0, float(g.gap[v]) - lag[r]), order=float(g.order[v]), step=int(g.step[v]))
+
+
+def _backward_passes(g: Graph, lane: np.ndarray, step: int, rank: int) -> list[tuple[list[int], int]]:
+    """``lane``'s backward passes, each (its nodes since the pass before, the optimizer step that follows them): DDP's
+    reducer all-reduces a model's buckets in every backward that reaches its parameters (its layers' backward, or FSDP's
+    reduce-scatters of its units, ran there) and waits for them at that backward's end, before the step (a GAN's
+    discriminator twice a step: in its own loss's backward and in the generator's). A backward after the lane's last
+    optimizer step joins the pass before it."""
+    out: list[tuple[list[int], int]] = []
+    pending: list[int] = []
+    for v in lane.tolist():
+        if g.kind[v] == Kind.UPDATE and any(g.kind[x] == Kind.BACKWARD for x in pending):
+            out.append((pending, v))
+            pending = []
+        elif g.kind[v] != Kind.UPDATE:
+            pending.append(v)
+    if not out:
+        raise DagprofError(f"--data-parallel ddp: step {step} on rank {rank} has no backward followed by an optimizer step to wait for the buckets")
+    out[-1][0].extend(v for v in pending if g.kind[v] == Kind.BACKWARD)
+    return out
+
+
+def _root_of(units: list[FsdpGraphUnit], path: str) -> int:
+    """The ``fully_shard`` root (``FsdpGraphUnit.root``) a layer or parameter owner ``path`` belongs to: the root of the
+    unit running it or a layer under it, else the root whose units' names share its first component (a root model's own
+    parameters, ``FSDPViT1.FSDPViT``), else the first. DDP gives each such model its own reducer and buckets."""
+    for u in units:
+        if any(x == path or x.startswith(path + ".") for x in u.layers):
+            return u.root
+    head = path.split(".")[0]
+    return next((u.root for u in units if u.root > 0 and u.name.split(".")[0] == head), 0)
 
 
 def _layers_under(g: Graph, owner: str) -> set[int]:

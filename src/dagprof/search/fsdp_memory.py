@@ -58,17 +58,20 @@ def offload_note(fs: FsdpRecord) -> str | None:
             "shards are host memory and the device's peak is lower: not modelled)")
 
 
-def roots_note(fs: FsdpRecord) -> str | None:
+def roots_note(fs: FsdpRecord, ddp: bool = False) -> str | None:
     """What the peak per rank means on a job of several ``fully_shard`` roots, else None: each root's activations alive
     as the profile ran the roots (``root_phases``), every other root's gradient shards through a root's backward (the
     habit of zeroing them just before it, which the profile does not show). Measured against the scripts' ``--memory``
-    (docs/evidence.md, rootmem62): an actor-critic -10 to -2 %, a GAN -10 to -4 %, a DINO +2 to +9 %."""
+    (docs/evidence.md, rootmem62): an actor-critic -10 to -2 %, a GAN -10 to -4 %, a DINO +2 to +9 %. ``ddp``: a row
+    asks for ``--data-parallel ddp``, whose peak (``ddp_peak_of_fsdp``) counts every model's activations at once."""
     roots = len({u.root for u in fs.units})  # FsdpUnit.root: which timed root a unit is of
     if roots < 2:
         return None
     return (f"{roots} fully_shard roots: the peak per rank counts each root's activations while the profile had them alive and "
             "the other roots' gradients as kept until just before each root's backward (a script that frees them earlier "
-            "peaks lower; measured -10 to +9 % on three two-root jobs)")
+            "peaks lower; measured -10 to +9 % on three two-root jobs)"
+            + ("; a --data-parallel ddp row's peak counts every model's activations at once (high where a model frees its "
+               "own before another's forward; not measured)" if ddp else ""))
 
 
 @dataclass

@@ -219,8 +219,9 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     there are at most ``exhaustive``."""
     t0 = time.perf_counter()
     refuse_untimed_roots(g, "the search of reshard, units and reduce dtype")
-    refuse_several_roots(g, "the search of reshard, units and reduce dtype", "its strategy is deployed by dagprof.apply on one "
-                         "fully_shard root (whatif --reshard-after-forward or --units prices a setting of this job)")
+    refuse_several_roots(g, "the search of reshard, units and reduce dtype", "dagprof.apply deploys a strategy on one fully_shard "
+                         "root, so no searched strategy could be applied to this job; price each setting with `dagprof whatif RUN` "
+                         "(each root's units re-laid within that root) and pass the best to each root's fully_shard calls yourself")
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)

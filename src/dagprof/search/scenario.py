@@ -18,7 +18,7 @@ import numpy as np
 from ..costmodel.alphabeta import parse_bandwidth, ring_allreduce_us
 from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
-from ..graph.build_fsdp import is_fsdp_graph
+from ..graph.build_fsdp import is_fsdp_graph, refuse_several_roots
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
@@ -129,6 +129,9 @@ def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Gr
         return g
     if not is_fsdp_graph(g):
         refuse_own_ddp_setup(g, "--data-parallel")
+    elif s.data_parallel == "ddp" and (s.bucket_mb is not None or not c.overlap):  # ``_buckets`` re-lays one reducer's buckets
+        refuse_several_roots(g, "--data-parallel ddp with --bucket-mb or --no-overlap", "re-laying DDP's buckets is modelled for "
+                             "one model's reducer; each model's own default buckets are (--data-parallel ddp alone)")
     out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None, s.reshard_after_forward)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 

@@ -260,7 +260,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([f"no peak memory in {count(len(rows), 'row')}: {unsized}"] if unsized else [])
             + ([f"peak memory in {count(len(rows), 'row')}: {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
-            + ([note] if is_fsdp_graph(g0) and not unsized and (note := roots_note(g0.meta.fsdp)) else [])
+            + ([note] if is_fsdp_graph(g0) and not unsized and (note := roots_note(g0.meta.fsdp, any(s.data_parallel == "ddp" for s in scenarios))) else [])
             + ([note] if (is_fsdp_graph(g0) or any(s.data_parallel is not None for s in scenarios)) and not unsized
                and (note := autograd_host(g0).note) else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
