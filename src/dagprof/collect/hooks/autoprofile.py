@@ -106,26 +106,53 @@ def _patch() -> None:
     )
     original_init = DDP.__init__
     stepping: list[int] = []  # id of the optimizer whose steps are counted
+    replicating: list[bool] = []  # inside replicate()'s lazy init: the DDP it builds is attached with the module it reduces
+
+    def first_forward(model: Any) -> None:
+        """Step 0 begins at the model's first forward."""
+        if under_compile():  # torch.compile(DDP(model)): DDP's forward is traced or runs in a frame Dynamo compiles
+            collector.mark_compiled()
+        collector.start()
+        model.register_forward_pre_hook(next_forward)
+
+    def next_forward(module: Any, inputs: Any) -> None:
+        # ZeRO's overlapped step ends each step inside backward, and no optimizer step follows: the next training forward begins the next
+        if collector.steps_by_forward and torch.is_grad_enabled():
+            collector.next_step()
 
     @wraps(original_init)
     def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
+        if replicating:
+            return
         collector.attach(self)
-        handle = None
 
-        def first_forward(module: Any, inputs: Any) -> None:
-            if under_compile():  # torch.compile(DDP(model)): DDP's forward is traced or runs in a frame Dynamo compiles
-                collector.mark_compiled()
+        def first(module: Any, inputs: Any) -> None:
             handle.remove()
-            collector.start()
-            self.register_forward_pre_hook(next_forward)
+            first_forward(self)
 
-        def next_forward(module: Any, inputs: Any) -> None:
-            # ZeRO's overlapped step ends each step inside backward, and no optimizer step follows: the next training forward begins the next
-            if collector.steps_by_forward and torch.is_grad_enabled():
-                collector.next_step()
+        handle = self.register_forward_pre_hook(first)
 
-        handle = self.register_forward_pre_hook(first_forward)
+    def replicate_init(init: Any) -> Any:
+        """``_ReplicateState.init``, which replicate()'s forward pre-hook runs at the module's first forward (its lazy init):
+        the DDP it builds over the module's parameters (a flat ``ParameterList``, never called) is attached with the module
+        whose leaves are the layers, and step 0 begins."""
+        @wraps(init)
+        def run(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
+            fresh = not state.has_initialized
+            replicating.append(True)
+            try:
+                init(state, module, *args, **kwargs)
+            finally:
+                replicating.pop()
+            if fresh:
+                collector.attach(module, reducer=state._ddp)
+                first_forward(module)
+        return run
+
+    def patch_replicate(replicate_module: Any) -> None:
+        cls = replicate_module._ReplicateState
+        cls.init = replicate_init(cls.init)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -140,6 +167,7 @@ def _patch() -> None:
             collector.next_step()
 
     DDP.__init__ = ddp_init
+    after_import("torch.distributed._composable.replicate", patch_replicate)  # the composable replicate(): DDP's reducer
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
     install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
     register_optimizer_step_pre_hook(collector.optimizer_hook(begin=True))
