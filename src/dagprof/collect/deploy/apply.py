@@ -41,7 +41,6 @@ from ..hooks.exit_gc import collect_cycles_at_exit
 from .apply_fsdp import apply_fsdp
 from .strategy import Strategy, load_strategy
 
-
 # why ``apply`` leaves a replicate() job alone (said by ``apply`` and by ``dagprof optimize``)
 REPLICATE_NOT_APPLIED = ("gradients are reduced by the composable replicate(), which builds its DDP at the module's first forward "
                          "over a flat list of its parameters, so a strategy's buckets and modules cannot be named on it: wrap the "

@@ -3,7 +3,9 @@
 The launcher (``jobs.launch``) puts ``jobs/bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
 in every Python process of the job. ``install`` waits for ``import torch`` (a meta-path
 finder; processes that never import torch are untouched), then wraps
-``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward),
+``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward), the composable
+``replicate()``'s lazy init (``_ReplicateState.init``, run by its forward pre-hook: the DDP it builds over a flat
+``ParameterList`` is attached with the module it reduces, and step 0 starts in that first forward),
 ``fully_shard`` (``collect.hooks.fsdp.install_launcher``: the same at the root FSDP module's first forward)
 and ``FullyShardedDataParallel.__init__`` (FSDP1, ``collect.hooks.fsdp1.install_launcher``: likewise)
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
@@ -11,7 +13,7 @@ ever stepped finishes ``step()``). Files are written when the window ends, or at
 completed step of the window also at once, so a rank killed mid-window keeps those.
 
 Horovod jobs (``horovodrun ...``) are handled by ``horovod_auto``. What it cannot see: models not
-wrapped in DistributedDataParallel, FSDP (``fully_shard`` or ``FullyShardedDataParallel``) or Horovod's DistributedOptimizer (DeepSpeed, plain
+wrapped in DistributedDataParallel, replicate(), FSDP (``fully_shard`` or ``FullyShardedDataParallel``) or Horovod's DistributedOptimizer (DeepSpeed, plain
 single-process training), data loading that is not a torch DataLoader (it
 is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
 that steps counts steps), a comm hook the script registered on DDP before dagprof attached

@@ -79,6 +79,22 @@ def compiled(module: Any) -> bool:
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
 
 
+def replicate_ddp(model: Any) -> Any:
+    """The DDP the composable ``replicate()`` runs for ``model`` (None: not replicate()-ed). Where its first forward has
+    not built it yet, it is built now, as that forward's pre-hook would first (``dagprof.profile`` finds the model in the
+    global forward pre-hook, which runs before the module's own); the comm hooks the user gave the module are left for
+    that pre-hook to register, so they run inside dagprof's."""
+    from torch.distributed._composable import replicate
+    from torch.distributed._composable.contract import _get_registry
+
+    if "replicate" not in (_get_registry(model) or {}):
+        return None
+    state = replicate.state(model)
+    if not state.has_initialized:
+        state.init(*state._init_args, **state._init_kwargs)
+    return state._ddp
+
+
 class Collector:
     """Records one window of steps of this process into ``out_dir``."""
 
@@ -159,10 +175,12 @@ class Collector:
     def attach(self, model: Any, reducer: Any = None) -> None:
         """Instrument a model: a DDP module (leaves + comm hook) or any nn.Module (compute only). ``reducer``: the DDP that
         reduces ``model``'s gradients without holding it (the composable ``replicate()``'s, built over a flat parameter
-        list): its buckets are timed as a DDP model's, and ``model``'s leaves as the layers."""
+        list): its buckets are timed as a DDP model's, and ``model``'s leaves as the layers; found by ``replicate_ddp``
+        where not given."""
         try:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            reducer = reducer if reducer is not None else replicate_ddp(model)
             held = [m for m in model.modules() if isinstance(m, DDP)]
             ddps = held + ([reducer] if reducer is not None else [])
             if any(compiled(m) for m in model.modules()):
