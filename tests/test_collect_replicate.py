@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from testdata import copy_fixture  # noqa: E402
+from testdata import copy_fixture, edit_json, load_refused  # noqa: E402
 
 from dagprof.cli.main import main  # noqa: E402
 from dagprof.traces.dagprof_run import read_run  # noqa: E402
@@ -75,11 +75,14 @@ def test_replicate_jobs_are_profiled_as_ddp_with_the_modules_layers_and_paramete
 
 def test_replicate_answers_every_ddp_what_if_and_names_replicate(replicated, tmp_path, capsys):
     run = shutil.copytree(replicated, tmp_path / "copy")
-    for args in (["--bandwidth", "100Mbit"], ["--bucket-mb", "0.05"], ["--workers", "4"], ["--data-parallel", "fsdp"]):
+    for args in (["--bandwidth", "100Mbit"], ["--workers", "4"], ["--data-parallel", "fsdp"]):
         assert main(["whatif", str(run), "--json", "--no-trace", "--allow-model-error", *args]) == 0, args
         out = json.loads(capsys.readouterr().out)
         assert out["scenarios"][0]["predicted_iter_ms"] > 0
     assert any("--data-parallel fsdp from a replicate() (DDP) profile" in n for n in out["notes"])
+    # as on DDP: new buckets under the user's own hook are refused (the vendored recording below has none, and answers)
+    assert main(["whatif", str(run), "--no-trace", "--bucket-mb", "0.05"]) == 2
+    assert "the job registers its own DDP comm hook (fp16_compress_hook)" in capsys.readouterr().err
 
 
 def test_the_api_finds_replicates_ddp_before_its_first_forward(one_rank_group, tmp_path):
@@ -137,3 +140,9 @@ def test_vendored_replicate_recording_replays_and_answers(tmp_path, capsys):
     assert main(["optimize", str(run), "--json", "-o", str(tmp_path / "opt"), "--budget", "2"]) == 0
     rec = json.loads(capsys.readouterr().out)["recommendation"]
     assert rec.startswith("dagprof.apply does not configure this job") or "replicate()'s defaults stand" in rec
+
+
+def test_a_damaged_ddp_api_is_refused_in_one_line(tmp_path):
+    run = copy_fixture(tmp_path, "replicate/realnvp")
+    edit_json(run / "rank0.json", lambda d: d.update(ddp_api="composable"))
+    load_refused(run, "rank0.json", "ddp_api")
