@@ -73,16 +73,15 @@ def test_replicate_jobs_are_profiled_as_ddp_with_the_modules_layers_and_paramete
             assert ev.nbytes[enq].sum() == sum(b.nbytes for b in t.buckets) // 2
 
 
-def test_replicate_answers_every_ddp_what_if_and_names_replicate(replicated, tmp_path, capsys):
+def test_replicate_answers_ddp_what_ifs_and_refuses_as_ddp_does(replicated, tmp_path, capsys):
     run = shutil.copytree(replicated, tmp_path / "copy")
-    for args in (["--bandwidth", "100Mbit"], ["--workers", "4"], ["--data-parallel", "fsdp"]):
+    for args in (["--bandwidth", "100Mbit"], ["--workers", "4"]):
         assert main(["whatif", str(run), "--json", "--no-trace", "--allow-model-error", *args]) == 0, args
-        out = json.loads(capsys.readouterr().out)
-        assert out["scenarios"][0]["predicted_iter_ms"] > 0
-    assert any("--data-parallel fsdp from a replicate() (DDP) profile" in n for n in out["notes"])
-    # as on DDP: new buckets under the user's own hook are refused (the vendored recording below has none, and answers)
-    assert main(["whatif", str(run), "--no-trace", "--bucket-mb", "0.05"]) == 2
-    assert "the job registers its own DDP comm hook (fp16_compress_hook)" in capsys.readouterr().err
+        assert json.loads(capsys.readouterr().out)["scenarios"][0]["predicted_iter_ms"] > 0
+    # as on DDP: new buckets or FSDP under the user's own hook are refused (the vendored recording below has none, and answers)
+    for args in (["--bucket-mb", "0.05"], ["--data-parallel", "fsdp"]):
+        assert main(["whatif", str(run), "--no-trace", "--allow-model-error", *args]) == 2
+        assert "the job registers its own DDP comm hook (fp16_compress_hook)" in capsys.readouterr().err
 
 
 def test_the_api_finds_replicates_ddp_before_its_first_forward(one_rank_group, tmp_path):
@@ -129,17 +128,20 @@ def test_replicate_beside_fully_shard_is_refused_in_one_line(tmp_path, capsys):
 def test_vendored_replicate_recording_replays_and_answers(tmp_path, capsys):
     """``replicate/realnvp``: a RealNVP flow under replicate(model, ignored_modules=[whiten], bucket_cap_mb=1)."""
     run = copy_fixture(tmp_path, "replicate/realnvp")
-    assert main(["replay", str(run), "--json", "--no-trace"]) == 0
+    assert main(["replay", str(run), "--json", "-o", str(tmp_path / "replay")]) == 0
     replay = json.loads(capsys.readouterr().out)
     assert abs(replay["error_pct"]) < 0.5
     t = read_run(str(run)).ranks[0]
     assert t.meta.ddp_api == REPLICATE_API and len(t.buckets) == 5
     assert not any(p.startswith("whiten") for b in t.buckets for p in b.params)  # ignored_modules: not reduced
-    assert main(["whatif", str(run), "--json", "--no-trace", "--allow-model-error", "--bucket-mb", "inf"]) == 0
-    assert json.loads(capsys.readouterr().out)["scenarios"][0]["predicted_iter_ms"] > 0
+    for args in (["--bucket-mb", "inf"], ["--workers", "4"], ["--data-parallel", "fsdp"]):
+        assert main(["whatif", str(run), "--json", "--no-trace", "--allow-model-error", *args]) == 0, args
+        out = json.loads(capsys.readouterr().out)
+        assert out["scenarios"][0]["predicted_iter_ms"] > 0
+    assert any("--data-parallel fsdp from a replicate() (DDP) profile" in n for n in out["notes"])
     assert main(["optimize", str(run), "--json", "-o", str(tmp_path / "opt"), "--budget", "2"]) == 0
     rec = json.loads(capsys.readouterr().out)["recommendation"]
-    assert rec.startswith("dagprof.apply does not configure this job") or "replicate()'s defaults stand" in rec
+    assert rec.startswith("dagprof.apply does not configure this job") or rec.startswith("the defaults of replicate() (DDP) stand")
 
 
 def test_a_damaged_ddp_api_is_refused_in_one_line(tmp_path):
