@@ -119,9 +119,11 @@ def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | No
                             "trusting its gain (--verify)")
 
 
-def defaults_stand(res: SearchResult | FsdpSearchResult) -> str:
-    """The one line said instead of writing a strategy that is not predicted to gain beyond noise."""
-    what = "the job's FSDP settings stand" if isinstance(res, FsdpSearchResult) else "DDP's defaults stand"
+def defaults_stand(res: SearchResult | FsdpSearchResult, ddp: str = "DDP") -> str:
+    """The one line said instead of writing a strategy that is not predicted to gain beyond noise; ``ddp``: how the job's
+    DDP is named (``GraphMeta.ddp_label``)."""
+    what = ("the job's FSDP settings stand" if isinstance(res, FsdpSearchResult) else "DDP's defaults stand" if ddp == "DDP"
+            else f"the defaults of {ddp} stand")
     line = (f"{what}: no strategy is predicted to gain the {WORTH_APPLYING_PCT:g} % that run-to-run noise can explain "
             f"(best found {res.best.iter_us / 1e3:.2f} ms per step against {res.baseline.iter_us / 1e3:.2f} ms profiled); no strategy file written")
     # a unit grouping is wrap time, never in a strategy file: said beside, or "settings stand" under a -6.4 % grouping line

@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..collect.deploy.apply import REPLICATE_NOT_APPLIED
 from ..collect.jobs.verify import ROUNDS
 from ..errors import DagprofError
 from ..progress import bar, shown
 from ..search.optimize import POWERSGD_RANKS, WORTH_APPLYING_PCT
 from ..search.shared_cores import TERM
-from ..traces.run_schema import FSDP2_API
+from ..traces.run_schema import FSDP2_API, REPLICATE_API
 from ..units import count, parse_size
 from .common import (
     add_out_argument,
@@ -85,18 +86,23 @@ def run(args: argparse.Namespace) -> dict:
         if found.path is None and res.memory_reason:  # a budget nothing fits: refused, as an FSDP search refuses it
             raise DagprofError(res.memory_reason, "--memory-budget")
         if found.path is None:  # nothing to write, nothing to verify
-            line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")
+            line = defaults_stand(res, found.profile.graph.meta.ddp_label) + ("; nothing to verify" if args.verify else "")
             return searched(found) | {"strategy_file": None, "summary": line, "recommendation": line, "verification": None}
         result = searched(found) | {"strategy_file": found.path}
         fsdp = found.profile.graph.meta.fsdp
         if args.verify and fsdp is not None and fsdp.api != FSDP2_API:
             raise DagprofError(f"--verify applies a strategy to fully_shard (FSDP2) jobs; this is a {fsdp.api} (FSDP1) job, whose "
                                "sharding is set when it is wrapped: apply the plan by hand (see the recommendation without --verify)", args.run)
+        if args.verify and found.profile.graph.meta.ddp_api == REPLICATE_API:
+            raise DagprofError(f"--verify applies a strategy with dagprof.apply, which configures DistributedDataParallel and "
+                               f"fully_shard models; this job's {REPLICATE_NOT_APPLIED}", args.run)
         if args.verify:
             result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds or ROUNDS, args.ranks, args.emulate)
     result = staged.final_path(result)
     fsdp = found.profile.graph.meta.fsdp
     hybrid = fsdp is not None and any(len(u.mesh) == 2 for u in fsdp.units)  # HSDP: (replicate, shard)
+    if found.profile.graph.meta.ddp_api == REPLICATE_API:
+        return result | {"recommendation": f"dagprof.apply does not configure this job: its {REPLICATE_NOT_APPLIED}"}
     return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api, hybrid)}
 
 

@@ -15,6 +15,7 @@ from ..fsutil import check_output_folder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
 from ..traces.rank_warnings import merge_rank_warnings
+from ..traces.run_schema import REPLICATE_API
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from ..units import count
 from .common import steps_arg
@@ -61,9 +62,8 @@ def run(args: argparse.Namespace) -> dict:
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
             "the command ran and no rank wrote a profile: the zero-code mode sees only models wrapped in "
-            "torch.nn.parallel.DistributedDataParallel, fully_shard (FSDP2), FullyShardedDataParallel (FSDP1) or Horovod's "
-            "DistributedOptimizer (else call dagprof.profile in the script; the composable replicate() runs no forward of its "
-            "own, so its jobs are read from torch.profiler traces: docs/importing.md)", out)
+            "torch.nn.parallel.DistributedDataParallel, the composable replicate(), fully_shard (FSDP2), FullyShardedDataParallel "
+            "(FSDP1) or Horovod's DistributedOptimizer (else call dagprof.profile in the script)", out)
     if code != 0:
         try:
             load(out)
@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> dict:
             "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
     warnings, per_rank = merge_rank_warnings(run_.meta.warning_texts())
-    return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp, "fsdp": run_.meta.fsdp,
+    return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp, "ddp_api": run_.ranks[0].meta.ddp_api,
+            "fsdp": run_.meta.fsdp,
             "horovod": run_.meta.horovod is not None, "ranks": ranks, "warnings": warnings, "warnings_per_rank": per_rank}
 
 
@@ -138,7 +139,8 @@ def to_text(result: dict) -> str:
                 f"{count(result['world_size'], 'worker')}, {count(result['keys'], 'key')})")
         return "\n".join([head] + [f"  worker {r['rank']}: steps {r['steps'][0]}-{r['steps'][-1]}, median step {r['iteration_ms']:.1f} ms"
                                     for r in result["ranks"]])
-    lines = [f"profiled run: {result['run']} (world size {result['world_size']}, command exit status {result['exit_status']})"]
+    api = ", gradients by the composable replicate() (DDP's reducer)" if result.get("ddp_api") == REPLICATE_API else ""
+    lines = [f"profiled run: {result['run']} (world size {result['world_size']}{api}, command exit status {result['exit_status']})"]
     # what a rank's gradient collectives are: DDP's buckets, Horovod's fused responses; FSDP's units are counted apart
     groups = "" if result.get("fsdp") else "fused all-reduce" if result.get("horovod") else "bucket"
     for r in result["ranks"]:

@@ -241,6 +241,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         loop_steps=loop_steps(run),
         buckets=run.ranks[0].buckets,
         ddp_models=run.ranks[0].meta.ddp_models,
+        ddp_api=run.ranks[0].meta.ddp_api,
         comm_hook=run.ranks[0].meta.comm_hook,
         hook_wire=hook_wire_of(run),
         find_unused=run.ranks[0].meta.find_unused,

@@ -433,7 +433,7 @@ def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[
     """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for: a short note; the derivation and
     its held-out figures in ``conversion_detail``."""
     measured = c.link_file is not None and c.link_file.fsdp is not None
-    return [f"--data-parallel {t} from a{'n FSDP' if is_fsdp_graph(g0) else ' DDP'} profile: {conversion_summary(t, measured, g0)} "
+    return [f"--data-parallel {t} from a{'n FSDP' if is_fsdp_graph(g0) else ' ' + g0.meta.ddp_label} profile: {conversion_summary(t, measured, g0)} "
             "(detail: --json's conversion_detail)" for t in _conversion_targets(g0, scenarios)]
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -47,6 +47,7 @@ ENDED_FORMAT = "dagprof-ended"
 VERSION = 1
 MIN_VERSION = 1
 MANIFEST = "manifest.json"
+REPLICATE_API = "replicate"  # RankFile.ddp_api of a job whose DDP the composable torch.distributed._composable.replicate() built
 
 
 def rank_file(rank: int) -> str:
@@ -283,6 +284,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     ddp: bool = False
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (a GAN's two); 0: not recorded (older files)
+    ddp_api: Literal["", "replicate"] = ""  # REPLICATE_API: the DDP is the composable replicate()'s; "": DistributedDataParallel (or an older file)
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
     # a DDP model with find_unused_parameters=True and no static graph: its reducer all-reduces which parameters got a
     # gradient, inside backward, and never rebuilds its buckets

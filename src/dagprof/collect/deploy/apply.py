@@ -41,6 +41,12 @@ from ..hooks.exit_gc import collect_cycles_at_exit
 from .apply_fsdp import apply_fsdp
 from .strategy import Strategy, load_strategy
 
+# why ``apply`` leaves a replicate() job alone (said by ``apply`` and by ``dagprof optimize``)
+REPLICATE_NOT_APPLIED = ("gradients are reduced by the composable replicate(), which builds its DDP at the module's first forward "
+                         "over a flat list of its parameters, so a strategy's buckets and modules cannot be named on it: wrap the "
+                         "model in DistributedDataParallel to apply one, or pass its bucket sizes by hand "
+                         "(replicate(model, bucket_cap_mb_list=[...]), the strategy's buckets in MiB)")
+
 
 @dataclass
 class Applied:
@@ -85,9 +91,12 @@ class Applied:
 def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file); an FSDP
     strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``)."""
+    from torch.distributed._composable.contract import _get_registry
     from torch.nn.parallel import DistributedDataParallel
 
     source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
+    if "replicate" in (_get_registry(ddp) or {}):
+        raise DagprofError(f"dagprof.apply does not configure {type(ddp).__name__}: its {REPLICATE_NOT_APPLIED}", source)
     s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
     if s.fsdp is not None:
         return _apply_fsdp(ddp, s, source)

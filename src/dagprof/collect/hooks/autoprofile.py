@@ -3,7 +3,9 @@
 The launcher (``jobs.launch``) puts ``jobs/bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
 in every Python process of the job. ``install`` waits for ``import torch`` (a meta-path
 finder; processes that never import torch are untouched), then wraps
-``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward),
+``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward), the composable
+``replicate()``'s lazy init (``_ReplicateState.init``, run by its forward pre-hook: the DDP it builds over a flat
+``ParameterList`` is attached with the module it reduces, and step 0 starts in that first forward),
 ``fully_shard`` (``collect.hooks.fsdp.install_launcher``: the same at the root FSDP module's first forward)
 and ``FullyShardedDataParallel.__init__`` (FSDP1, ``collect.hooks.fsdp1.install_launcher``: likewise)
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
@@ -11,7 +13,7 @@ ever stepped finishes ``step()``). Files are written when the window ends, or at
 completed step of the window also at once, so a rank killed mid-window keeps those.
 
 Horovod jobs (``horovodrun ...``) are handled by ``horovod_auto``. What it cannot see: models not
-wrapped in DistributedDataParallel, FSDP (``fully_shard`` or ``FullyShardedDataParallel``) or Horovod's DistributedOptimizer (DeepSpeed, plain
+wrapped in DistributedDataParallel, replicate(), FSDP (``fully_shard`` or ``FullyShardedDataParallel``) or Horovod's DistributedOptimizer (DeepSpeed, plain
 single-process training), data loading that is not a torch DataLoader (it
 is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
 that steps counts steps), a comm hook the script registered on DDP before dagprof attached
@@ -106,26 +108,53 @@ def _patch() -> None:
     )
     original_init = DDP.__init__
     stepping: list[int] = []  # id of the optimizer whose steps are counted
+    replicating: list[bool] = []  # inside replicate()'s lazy init: the DDP it builds is attached with the module it reduces
+
+    def first_forward(model: Any) -> None:
+        """Step 0 begins at the model's first forward."""
+        if under_compile():  # torch.compile(DDP(model)): DDP's forward is traced or runs in a frame Dynamo compiles
+            collector.mark_compiled()
+        collector.start()
+        model.register_forward_pre_hook(next_forward)
+
+    def next_forward(module: Any, inputs: Any) -> None:
+        # ZeRO's overlapped step ends each step inside backward, and no optimizer step follows: the next training forward begins the next
+        if collector.steps_by_forward and torch.is_grad_enabled():
+            collector.next_step()
 
     @wraps(original_init)
     def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
+        if replicating:
+            return
         collector.attach(self)
-        handle = None
 
-        def first_forward(module: Any, inputs: Any) -> None:
-            if under_compile():  # torch.compile(DDP(model)): DDP's forward is traced or runs in a frame Dynamo compiles
-                collector.mark_compiled()
+        def first(module: Any, inputs: Any) -> None:
             handle.remove()
-            collector.start()
-            self.register_forward_pre_hook(next_forward)
+            first_forward(self)
 
-        def next_forward(module: Any, inputs: Any) -> None:
-            # ZeRO's overlapped step ends each step inside backward, and no optimizer step follows: the next training forward begins the next
-            if collector.steps_by_forward and torch.is_grad_enabled():
-                collector.next_step()
+        handle = self.register_forward_pre_hook(first)
 
-        handle = self.register_forward_pre_hook(first_forward)
+    def replicate_init(init: Any) -> Any:
+        """``_ReplicateState.init``, which replicate()'s forward pre-hook runs at the module's first forward (its lazy init):
+        the DDP it builds over the module's parameters (a flat ``ParameterList``, never called) is attached with the module
+        whose leaves are the layers, and step 0 begins."""
+        @wraps(init)
+        def run(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
+            fresh = not state.has_initialized
+            replicating.append(True)
+            try:
+                init(state, module, *args, **kwargs)
+            finally:
+                replicating.pop()
+            if fresh:
+                collector.attach(module, reducer=state._ddp)
+                first_forward(module)
+        return run
+
+    def patch_replicate(replicate_module: Any) -> None:
+        cls = replicate_module._ReplicateState
+        cls.init = replicate_init(cls.init)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -140,6 +169,7 @@ def _patch() -> None:
             collector.next_step()
 
     DDP.__init__ = ddp_init
+    after_import("torch.distributed._composable.replicate", patch_replicate)  # the composable replicate(): DDP's reducer
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
     install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
     register_optimizer_step_pre_hook(collector.optimizer_hook(begin=True))

@@ -79,6 +79,22 @@ def compiled(module: Any) -> bool:
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
 
 
+def replicate_ddp(model: Any) -> Any:
+    """The DDP the composable ``replicate()`` runs for ``model`` (None: not replicate()-ed). Where its first forward has
+    not built it yet, it is built now, as that forward's pre-hook would first (``dagprof.profile`` finds the model in the
+    global forward pre-hook, which runs before the module's own); the comm hooks the user gave the module are left for
+    that pre-hook to register, so they run inside dagprof's."""
+    from torch.distributed._composable import replicate
+    from torch.distributed._composable.contract import _get_registry
+
+    if "replicate" not in (_get_registry(model) or {}):
+        return None
+    state = replicate.state(model)
+    if not state.has_initialized:
+        state.init(*state._init_args, **state._init_kwargs)
+    return state._ddp
+
+
 class Collector:
     """Records one window of steps of this process into ``out_dir``."""
 
@@ -156,15 +172,20 @@ class Collector:
         return self.in_window and self.enabled
 
     # ---------------------------------------------------------------- attach
-    def attach(self, model: Any) -> None:
-        """Instrument a model: a DDP module (leaves + comm hook) or any nn.Module (compute only)."""
+    def attach(self, model: Any, reducer: Any = None) -> None:
+        """Instrument a model: a DDP module (leaves + comm hook) or any nn.Module (compute only). ``reducer``: the DDP that
+        reduces ``model``'s gradients without holding it (the composable ``replicate()``'s, built over a flat parameter
+        list): its buckets are timed as a DDP model's, and ``model``'s leaves as the layers; found by ``replicate_ddp``
+        where not given."""
         try:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            ddps = [m for m in model.modules() if isinstance(m, DDP)]
+            reducer = reducer if reducer is not None else replicate_ddp(model)
+            held = [m for m in model.modules() if isinstance(m, DDP)]
+            ddps = held + ([reducer] if reducer is not None else [])
             if any(compiled(m) for m in model.modules()):
                 self.mark_compiled()
-            roots = [r for r in ([d.module for d in ddps] if ddps else [model]) if not any(r is x for x in self._roots)]
+            roots = [r for r in ([d.module for d in held] if held else [model]) if not any(r is x for x in self._roots)]
             for root in roots:
                 self._add_root(root)
             if isinstance(self._fsdp, FsdpRecorder) and (units := fsdp_modules(model)):
@@ -184,7 +205,7 @@ class Collector:
                     self._ddps.append(ddp)
                     self._ddp_seen = True
                     self._ddp_ranks = self._ddp_ranks or group_ranks(ddp.process_group)
-                    self._buckets.install(ddp)
+                    self._buckets.install(ddp, composable=ddp is reducer)
             if self.in_window:
                 self._attach_leaf_hooks(roots)
         except Exception as err:  # noqa: BLE001
@@ -625,7 +646,8 @@ class Collector:
     def _rank_file(self, **fields: Any) -> RankFile:
         """What the step files' head and the final rank file both say of this process now; ``fields`` the rest."""
         return RankFile(**self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
-                        ddp_models=self._buckets.models, comm_hook=self._buckets.comm_hook, find_unused=self._buckets.find_unused,
+                        ddp_models=self._buckets.models, ddp_api=self._buckets.api, comm_hook=self._buckets.comm_hook,
+                        find_unused=self._buckets.find_unused,
                         steps_requested=(self.steps.start, self.steps.stop), steps_completed=len(self.step_times),
                         record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()),
                         layer_types=dict(self._layer_types), **fields)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
-from ...traces.run_schema import Rec
+from ...traces.run_schema import REPLICATE_API, Rec
 from .exit_gc import hold_group
 from .zero import ZeroOverlap
 
@@ -53,6 +53,7 @@ class DdpBuckets:
         self.layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
         self.cap_mb: float | None = None  # the last DDP model's bucket_cap_mb
         self.models = 0  # DDP models attached (a GAN's generator and discriminator: 2)
+        self.api = ""  # REPLICATE_API where a model's DDP is the composable replicate()'s ("": DistributedDataParallel)
         self.comm_hook = ""  # the user's own DDP comm hook ("" = DDP's all-reduce)
         # a DDP model with find_unused_parameters=True and no static graph: it all-reduces which parameters got a gradient
         # each step and never rebuilds its buckets (with static_graph=True it does neither after the first step)
@@ -63,9 +64,11 @@ class DdpBuckets:
         self.hook_call: tuple[int, int] | None = None  # (seq, thread) while the user's own hook runs for a bucket
         self._late = threading.local()  # .depth: callbacks of that hook (``chained``) running on this thread
 
-    def install(self, ddp: Any) -> None:
-        """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
+    def install(self, ddp: Any, composable: bool = False) -> None:
+        """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap; ``composable``: the DDP the
+        composable ``replicate()`` built (the user registers a comm hook on the module, replicate() on this DDP)."""
         self._wrap(ddp, self.models)
+        self.api = self.api or (REPLICATE_API if composable else "")
         hold_group(ddp)  # its group never freed by the reducer with the GIL held (``exit_gc``)
         self.models += 1
         self.world = ddp.process_group.size()
