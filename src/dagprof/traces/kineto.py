@@ -147,13 +147,14 @@ def _scan(stream: TraceStream) -> _Scan:
     kept: dict[int, ks.Event] = {}
     infos: dict[tuple[int, int], ks.NameInfo] = {}
     metas, syncs = [], []
-    offset = untimed = too_long = 0
+    offset = untimed = too_long = python_calls = 0
     skip = ks.SKIP_CATS
     for events in stream.chunks():
         metas += stream.detach([e for e in events if type(e) is ks.MetaEvent])
         xall = [e for e in events if type(e) is ks.Event]
         del events
         syncs += stream.detach([e for e in xall if e.cat == "cuda_sync"])
+        python_calls += sum(e.cat == "python_function" for e in xall)
         xs = [e for e in xall if e.cat not in skip and type(e.pid) is int]
         del xall
         ts, dur = np.fromiter(map(_TS, xs), np.float64, len(xs)), np.fromiter(map(_DUR, xs), np.float64, len(xs))
@@ -177,7 +178,7 @@ def _scan(stream: TraceStream) -> _Scan:
         parts.append((nid, cid, pids(map(_PID, xs), n), tids(map(_TID, xs), n), ts, dur, _corrs(xs, n)))
         offset += n
         del xs
-    stream.finish(offset, untimed, too_long)
+    stream.finish(offset, untimed, too_long, python_calls)
     stream.release()
     cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
             zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]

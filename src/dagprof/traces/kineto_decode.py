@@ -236,8 +236,9 @@ class TraceStream:
         if self._streamed:
             raise Reopened(_whole(read_input(self.path), self.path))
 
-    def finish(self, ops: int, untimed: int = 0, too_long: int = 0) -> None:
-        """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it."""
+    def finish(self, ops: int, untimed: int = 0, too_long: int = 0, python_calls: int = 0) -> None:
+        """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it;
+        ``python_calls``: Python-call events, which ``with_stack=True`` records and whose cost no stock trace measures."""
         path = self.path
         if not (self._known or self._marked or self._profiler_cats):
             raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
@@ -250,6 +251,11 @@ class TraceStream:
                    (untimed, "complete events unreadable (no valid ts or dur: missing, negative or not a number): skipped"),
                    (too_long, f"events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")]
         self.notes += [RunWarning(what, n, self._seen) for n, what in counted if n]
+        if python_calls:
+            self.notes.append(RunWarning(
+                f"{python_calls} Python-call events (recorded with with_stack=True or Python tracing): the profiler timed "
+                "every Python call, which can make the traced steps several times the job's own, and predictions start "
+                "from those op times; record without with_stack, or profile with dagprof, which measures its own cost"))
 
     @staticmethod
     def detach(events: list[ks.Event]) -> list[ks.Event]:
