@@ -263,14 +263,10 @@ def make_case(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None
             return d58.make_case(kind, damage, root)
         return di.make_case(kind, damage, root)
     if damage in NEW[:12]:
-        made = di.make_case(kind, "clean", root / "_copy")
-        if made is None:
+        copied = d58.clean_copy(kind, damage, root)
+        if copied is None:
             return None
-        case = root / kind.name / damage
-        shutil.rmtree(case, ignore_errors=True)
-        case.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(root / "_copy" / kind.name / "clean"), case)
-        arg = case / Path(made[0]).relative_to(root / "_copy" / kind.name / "clean")
+        case, arg = copied
         t = case / kind.target
         if damage in ("trunc25", "trunc75"):
             di._truncate(t, int(damage[5:]) / 100)
