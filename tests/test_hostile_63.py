@@ -78,19 +78,3 @@ def test_a_horovod_timeline_time_not_a_time_is_refused(tmp_path, capsys, value):
     edit_json(timeline, damage)
     line = _refused(capsys, "whatif", "--json", run, "--bandwidth", "200Mbit", "--no-trace")
     assert f"{timeline}: event 'NEGOTIATE_ALLREDUCE' (ph 'B') has ts {value!r}" in line and "finite and >= 0" in line, line
-
-
-def test_a_kvstore_operator_the_mxnet_reader_does_not_know_is_refused(tmp_path, capsys):
-    """Half of a 2-bit job's compressed pushes renamed ``KVStoreDistPush`` (no MXNet 1.9 name) were read as compute: the
-    exchange they did left out of the step with no word (243.3 -> 238.9 ms)."""
-    run = copy_fixture(tmp_path, "mxnet/user_resnet_2bit")
-    worker = run / "worker1.json.gz"
-
-    def rename(doc):
-        events = doc["traceEvents"] if isinstance(doc, dict) else doc
-        pushes = [e for e in events if e.get("name") == "KVStoreDistCompressedPush"]
-        for e in pushes[::2]:
-            e["name"] = "KVStoreDistPush"
-    edit_json(worker, rename)
-    line = _refused(capsys, "analyze", "--json", run)
-    assert f"{worker}: kvstore operator(s) KVStoreDistPush (" in line and "is not modelled" in line, line
