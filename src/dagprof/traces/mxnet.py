@@ -393,11 +393,6 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     if sparse and not any(k.grad_stype == "row_sparse" for k in man.keys.values()):  # how many rows each carries is the collector's
         raise DagprofError(f"{sparse} row_sparse pushes and pulls ({ROW_SPARSE_PUSH}/{ROW_SPARSE_PULL}), but {MANIFEST} names no "
                            "row_sparse key nor the rows each step carried: profile the job again with this dagprof's collector", path)
-    unknown = sorted({o.name for o in ops if o.name.startswith("KVStoreDist") and o.name not in (*PUSHPULL, ROW_SPARSE_PULL)})
-    if unknown:  # read as compute, the exchange it did was left out of the step unseen
-        raise DagprofError(f"kvstore operator(s) {', '.join(unknown[:3])} ({sum(o.name in unknown for o in ops)} ops) are not among those this "
-                           f"reader prices ({', '.join(PUSHPULL)}, {ROW_SPARSE_PULL}): MXNet {man.mxnet or 'of no recorded version'}'s "
-                           "exchange is not modelled", path)
     steps = [s for s in man.steps.get(w, []) if s[0] in man.profiled]
     if not steps:
         raise DagprofError(f"worker {w} has no step times for the profiled steps {man.profiled}", man.path)
