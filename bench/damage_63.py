@@ -166,8 +166,8 @@ def _roots(o, how: str) -> bool:
 
 
 def _mixed_push(o) -> bool:
-    """Every other 2-bit compressed push named ``KVStoreDistPush``: a kvstore op name this reader does not know (another
-    MXNet's), its exchange read as compute before (the realistic mix, ``KVStoreDistDefaultPush``, was already refused)."""
+    """Every other event of the 2-bit compressed pushes (their begins) renamed ``KVStoreDistPush``: half the pushes' begin and
+    end no longer pair, and the reader drops both unseen (still open; the realistic mix, ``KVStoreDistDefaultPush``, is refused)."""
     ev = di._events(o)
     push = [e for e in ev if isinstance(e, dict) and "Compressed" in str(e.get("name", ""))]
     for e in push[::2]:
