@@ -275,9 +275,8 @@ def make(kind: di.Kind, damage: str, case: Path, t: Path, arg: Path) -> tuple[Pa
     return arg, str(t)
 
 
-def make_case(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None:
-    if damage not in DAMAGES:
-        return di.make_case(kind, damage, root)
+def clean_copy(kind: di.Kind, damage: str, root: Path) -> tuple[Path, Path] | None:
+    """An undamaged copy of ``kind``'s fixture at ``root/KIND/DAMAGE``, to damage there: the case folder and the input path."""
     made = di.make_case(kind, "clean", root / "_copy")
     if made is None:
         return None
@@ -285,8 +284,14 @@ def make_case(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None
     shutil.rmtree(case, ignore_errors=True)
     case.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(root / "_copy" / kind.name / "clean"), case)
-    arg = case / Path(made[0]).relative_to(root / "_copy" / kind.name / "clean")
-    return make(kind, damage, case, case / kind.target, arg)
+    return case, case / Path(made[0]).relative_to(root / "_copy" / kind.name / "clean")
+
+
+def make_case(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None:
+    if damage not in DAMAGES:
+        return di.make_case(kind, damage, root)
+    copied = clean_copy(kind, damage, root)
+    return None if copied is None else make(kind, damage, copied[0], copied[0] / kind.target, copied[1])
 
 
 def register() -> None:

@@ -210,14 +210,10 @@ def _outputs(kind: di.Kind, root: Path) -> Path | None:
 
 def make(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None:
     """A damaged copy of ``kind``'s fixture (``damage`` one of this file's); its input path and the file damaged, or None."""
-    made = di.make_case(kind, "clean", root / "_copy")
-    if made is None:
+    copied = d58.clean_copy(kind, damage, root)
+    if copied is None:
         return None
-    case = root / kind.name / damage
-    shutil.rmtree(case, ignore_errors=True)
-    case.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(root / "_copy" / kind.name / "clean"), case)
-    arg = case / Path(made[0]).relative_to(root / "_copy" / kind.name / "clean")
+    case, arg = copied
     t = case / kind.target
     folder = case.is_dir() and not kind.src.is_file()
     if damage in FILE_DAMAGES:

@@ -495,7 +495,8 @@ def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
         _check_points(points, where, p)
     for where, points, times in [("", d.get("points"), d.get("times_us")),
                                  *((f"kinds.{k}.", kind_table[k].get("points"), kind_table[k].get("times_us")) for k in kind_table)]:
-        _check_times(points, times, f"{where}times_us", p)
+        _check_times(points, times, f"{where}times_us", workers, p)
+    _check_machine(d.get("cpus"), d.get("load"), p)
     sweeps = {"kinds": kind_table, **{k: d[k] for k in ("points", "times_us", "cpus", "load") if k in d}}
     return LinkModelFile(p, link_from_dict(d, p), tuple(sorted(by_workers.items())), workers, backend, kinds, tuple(kind_scale), fsdp,
                          d.get("overlap"), sweeps)
@@ -514,8 +515,9 @@ def _check_points(points: Any, where: str, path: str) -> None:
             raise DagprofError(f"{where} must be [bytes, us] pairs of finite numbers >= 0, got {pair!r}", path)
 
 
-def _check_times(points: Any, times: Any, where: str, path: str) -> None:
-    """A sweep's ``times_us`` (version 5): per size of ``points``, every rank's time of every repetition, finite and >= 0."""
+def _check_times(points: Any, times: Any, where: str, workers: int | None, path: str) -> None:
+    """A sweep's ``times_us`` (version 5): per size of ``points``, every rank's time of every repetition, finite and >= 0, one
+    row per rank the sweep ran on (a size missing a rank's row was read at its quietest repetition of the ranks left)."""
     if times is None:
         return
     try:
@@ -525,6 +527,23 @@ def _check_times(points: Any, times: Any, where: str, path: str) -> None:
         ok = False
     if not ok:
         raise DagprofError(f"{where} must hold, per swept size, every rank's times (ranks x repetitions) as finite numbers >= 0", path)
+    ranks = [len(x) for x in a]
+    bad = next((i for i, n in enumerate(ranks) if n != (workers or ranks[0])), None)
+    if bad is not None:
+        raise DagprofError(f"{where}[{bad}] holds {ranks[bad]} rank(s)' times, the sweep ran on {workers or ranks[0]} "
+                           "(a rank's row lost: a damaged file)", path)
+
+
+def _check_machine(cpus: Any, load: Any, path: str) -> None:
+    """Version 5's ``cpus`` and ``load`` (what the sweep ran on, said where a sweep reads ranks waiting for a core)."""
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
+        raise DagprofError(f"cpus must be the count of CPUs the sweep's ranks ran on (an integer >= 1), got {cpus!r}", path)
+    try:
+        ok = load is None or isinstance(load, list) and all(0 <= float(x) < float("inf") and not isinstance(x, (bool, str)) for x in load)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise DagprofError(f"load must be the load averages before and after the sweep (finite numbers >= 0), got {load!r}", path)
 
 
 def _worker_count(n: Any, path: str) -> int:

@@ -173,6 +173,20 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     return set_link(g, None if s.bandwidth is None else wire_bandwidth(g, parse_bandwidth(s.bandwidth), base_topo), s.latency_us, c.link)
 
 
+def refuse_link_from_elsewhere(g: Graph, link_from: str) -> None:
+    """Refuse a ``--link-from`` calibration of other ranks or another backend than the profiled run's (``g`` as profiled): the
+    two files' ratio is the profiled link's only when measured alike. A 4-rank sweep (4 ranks over 2 CPUs, every size a wait
+    for a core) given for a 2-rank run was refused only where its fit happened to sit 4x from the run's own, and then as
+    "not the link this run was profiled on"."""
+    f, world, backend = read_link_model(link_from), g.meta.world_size, g.meta.backend
+    if f.workers is not None and world is not None and f.workers != world:
+        raise DagprofError(f"calibrated on {f.workers} ranks, this run has {world}: --link-from and --link-to are read as the profiled "
+                           f"link measured alike (dagprof calibrate --world {world} on each link)", f.path)
+    if backend in ("gloo", "nccl") and f.backend != backend:
+        raise DagprofError(f"calibrated on {f.backend}, this run's collectives ran on {backend}: --link-from and --link-to are read as the "
+                           "profiled link measured alike (calibrate with the run's backend)", f.path)
+
+
 LINK_FROM_APART = 4.0  # --link-from's link and the profile's own fit this many times apart: measured on another link
 
 

@@ -138,6 +138,9 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
             ts = float(e["ts"])
         except (KeyError, TypeError, ValueError):
             continue
+        if not 0 <= ts < float("inf"):  # NaN read as a time paired every span it opened or closed with nothing, unseen
+            raise DagprofError(f"event {name!r} (ph {ph!r}) has ts {e['ts']!r}: a timeline's times are microseconds since its "
+                               "start, finite and >= 0 (a damaged file)", path)
         if ph == "i":
             if name == "CYCLE_START":
                 cycles.append(ts)
