@@ -77,7 +77,10 @@ UPDATE_CLOCKS = 4
 PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
 COMPRESSION_FACTOR = 16
 COMPRESSED_META_BYTES = PS_INDEX_BYTES + 4
-RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")  # a server's ops as a push comes in: copied, summed in
+# a server's ops as a push comes in: copied, summed in; a compressed push is first decompressed (each worker's, the sum's
+# copy included: its bytes are the full values, priced per byte as the sums are)
+DEQUANTIZE = "DequantizeCPU"
+RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads", DEQUANTIZE)
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
 # segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
