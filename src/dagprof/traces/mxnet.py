@@ -23,9 +23,9 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   is the manifest's (``PsRecord.rows``, the collector's count per step), the kvstore's own work beside them on its
   pinned-memory threads (``KVStoreUnique``...) is inside their time and dropped;
 - servers log ``CopyCPU2CPU`` when a key's first push arrives, ``BinaryOpKernel`` when another is
-  summed in, then the updater's C API calls and ops (``*_update``, or a Python optimizer's many small ones), interleaved
-  over keys: the reader keeps each server's busy time per step and its engine's part (``Run.meta.ps.server_busy``),
-  which price the servers' work (``graph.build_ps.initial_link``, ``update_us``).
+  summed in (a compressed push: ``DequantizeCPU`` first, each worker's), then the updater's C API calls and ops
+  (``*_update``, or a Python optimizer's many small ones), interleaved over keys: the reader keeps each server's busy time
+  per step and its engine's part (``Run.meta.ps.server_busy``), which price the servers' work (``graph.build_ps.initial_link``, ``update_us``).
 Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
 The manifest also holds each worker's CPU time per step, its process's (all threads) and its Python thread's (MXNet's
 front end: dispatch, autograd, the Trainer, which the traces do not hold): ``PsRecord.cpu_us`` and ``main_cpu_us``, and
