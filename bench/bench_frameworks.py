@@ -147,6 +147,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_t5_adafactor_scan": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_resnet_2bit": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_crnn_ctc": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "mx_bow_2bit": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
