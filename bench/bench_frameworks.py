@@ -151,6 +151,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_settf_pmap_flat": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_tcn_frozen": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_unet_resume": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "mx_bow_2bit": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

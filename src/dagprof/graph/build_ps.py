@@ -49,7 +49,7 @@ import numpy as np
 from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
-from ..traces.events import CommRole, Kind, LaneKind, RankTrace, Run
+from ..traces.events import CommKind, CommRole, Kind, LaneKind, RankTrace, Run
 from ..traces.meta import PsKey, PsRecord, RowPull
 from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
 from .build import chosen_steps, host_cpus, loop_steps, measured_iter_us, pinned_groups
@@ -180,8 +180,12 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 if ev.layer[i] >= 0:
                     grads[t.layers[int(ev.layer[i])]] = node_of[i]
             after = max([first] + [mend[node_of[i]] for i in backward])
+            # a push and its pull are one op (``PUSH_PULL``), or two (a hand-written ``kv.push``/``kv.pull``, a compressed push)
+            kinds = ev.comm_kind[mine]
+            split = not (kinds == CommKind.PUSH_PULL).any() and (kinds == CommKind.PULL).any()
+            sends = mine[kinds != CommKind.PULL]
             segment = _segment_of_keys(run.meta.ps.keys, grads, t.layers, [node_of[i] for i in backward if ev.layer[i] < 0],
-                                       base + ev.start[mine], mend)
+                                       base + ev.start[sends], mend)
             # what the pushes wait for (and what ran before it on its thread) never waits for the pulls, even an op of no
             # duration that began within the 1 us tolerance after the first push (else the graph has a cycle)
             feeds = {ready, *grads.values(), *segment.values()}
@@ -195,8 +199,13 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             head += [v for lane in later for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
             head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in later)
                      if v is not None]
-            pushed = base + ev.start[mine]
-            exchanges.append((step, r, ready, grads | segment, sorted(set(head)), issued, first, last, pushed, pushed + ev.dur[mine]))
+            # what ``_key_waits`` matches to keys by gradient ready: the pushes in start order, each carrying its pull; where the
+            # pulls are ops of their own, the pulls in arrival order (a pull op begins when called: a list ``kv.pull`` calls
+            # every key's at once, and the pushes are none of the ends the worker's ops wait for)
+            answers = mine[kinds == CommKind.PULL] if split else mine
+            arrived = base + ev.start[answers] + ev.dur[answers]
+            exchanges.append((step, r, ready, grads | segment, sorted(set(head)), issued, first, last,
+                              arrived if split else base + ev.start[answers], arrived))
     keys = ps.keys
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
     key_in: dict[tuple[int, int, int], int] = {}

@@ -173,7 +173,7 @@ class ServerBusy(msgspec.Struct, frozen=True):
     step: int
     busy_us: float  # all of it: the engine's ops, each key handed to the updater and the updater's Python
     updates: int  # the key parts it holds, one update each (ps-lite's placement)
-    ops_us: float  # the engine's copies, sums and ``*_update`` ops: the part that grows with the bytes
+    ops_us: float  # the engine's copies, sums, decompressions and ``*_update`` ops: the part that grows with the bytes
     # between its updates, the time its threads used no CPU: waiting for a push's bytes or a core (-1: its CPU not recorded)
     waited_us: float = -1.0
 

@@ -23,9 +23,9 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   is the manifest's (``PsRecord.rows``, the collector's count per step), the kvstore's own work beside them on its
   pinned-memory threads (``KVStoreUnique``...) is inside their time and dropped;
 - servers log ``CopyCPU2CPU`` when a key's first push arrives, ``BinaryOpKernel`` when another is
-  summed in, then the updater's C API calls and ops (``*_update``, or a Python optimizer's many small ones), interleaved
-  over keys: the reader keeps each server's busy time per step and its engine's part (``Run.meta.ps.server_busy``),
-  which price the servers' work (``graph.build_ps.initial_link``, ``update_us``).
+  summed in (a compressed push: ``DequantizeCPU`` first, each worker's), then the updater's C API calls and ops
+  (``*_update``, or a Python optimizer's many small ones), interleaved over keys: the reader keeps each server's busy time
+  per step and its engine's part (``Run.meta.ps.server_busy``), which price the servers' work (``graph.build_ps.initial_link``, ``update_us``).
 Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
 The manifest also holds each worker's CPU time per step, its process's (all threads) and its Python thread's (MXNet's
 front end: dispatch, autograd, the Trainer, which the traces do not hold): ``PsRecord.cpu_us`` and ``main_cpu_us``, and
@@ -77,7 +77,10 @@ UPDATE_CLOCKS = 4
 PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
 COMPRESSION_FACTOR = 16
 COMPRESSED_META_BYTES = PS_INDEX_BYTES + 4
-RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")  # a server's ops as a push comes in: copied, summed in
+# a server's ops as a push comes in: copied, summed in; a compressed push is first decompressed (each worker's, the sum's
+# copy included: its bytes are the full values, priced per byte as the sums are)
+DEQUANTIZE = "DequantizeCPU"
+RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads", DEQUANTIZE)
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
 # segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
