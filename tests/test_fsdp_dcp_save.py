@@ -86,6 +86,18 @@ def test_said_which_steps_saved(opened):
     said = [w for w in opened.warnings if "blocking torch.distributed calls" in w]
     assert len(said) == 1 and "2 of 4 profiled steps (step 4, 6) ran 18" in said[0] and "--template averages those steps only" in said[0]
     assert "(4 all_gather, 6 broadcast, 4 gather, 4 scatter: " in said[0]  # the kinds, as an evaluation's one all_reduce is told apart
+    # where they ran, which is all the record tells: after the backward (the save), no guessed cause
+    assert "18 outside them (the loop's own); which call issued them the record cannot tell" in said[0] and "?" not in said[0]
+
+
+def test_a_loss_gather_is_said_inside_the_passes():
+    """fsdp-fresh/dual-negatives: an HSDP dual encoder's differentiable all_gather of in-batch negatives
+    (``torch.distributed.nn.functional``) and its backward's scatters were guessed "an evaluation's or a logged metric, a
+    DCP save's"; they ran within the forward and backward passes, and the warning says that and no guess."""
+    said = [w for w in open_run(DATA / "fsdp-fresh" / "dual-negatives").warnings if "blocking torch.distributed calls" in w]
+    assert len(said) == 1 and "(8 all_gather, 32 scatter: 40 during the forward and backward passes (the model's or its loss's own); " \
+        "which call issued them the record cannot tell)" in said[0]
+    assert "DCP" not in said[0] and "evaluation" not in said[0] and "outside them" not in said[0]
 
 
 def test_damaged_group_refused(tmp_path):

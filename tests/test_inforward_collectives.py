@@ -95,6 +95,22 @@ def test_a_users_own_trace_keeps_the_loss_all_gathers_apart_from_the_gradients(c
     assert (comm & (g.dim == Dim.DP)).any()
     group = g.meta.parallel.groups[0]
     assert group.dims == {"unknown": 6 * 3 * 2, "DP": 2 * 3 * 2}  # a step and rank: 2 all-gathers + 2 x 2 scatters; 2 all-reduces
-    assert {w.split(" ")[0] for w in group.evidence if "of activations in a data-parallel group" in w} == {"all_gather", "scatter"}
+    assert {w.split(" ")[0] for w in group.evidence if "in a data-parallel group, no gradient exchange" in w} == {"all_gather", "scatter"}
     assert main(["whatif", str(FRESH / "clip-kineto"), "--workers", "4", "--allow-model-error", "--no-trace"]) == 2
     assert "--workers is not modelled here" in capsys.readouterr().err
+    assert "scatter in a data-parallel group, no gradient exchange (in the backward op 'autograd::engine::evaluate_function: " \
+        "_AllGatherBackward')" in group.evidence  # what the trace shows around them, not a guess
+
+
+def test_a_dcp_saves_gathers_are_said_by_what_surrounds_them(capsys):
+    """dcp-kineto: a user's own trace of a DDP job saving with DCP twice, once inside a ``record_function("checkpoint")``
+    range, once bare. Its object gathers and scatters stay unknown; they were said "a loss's all-gathers, their backward's
+    scatters" (a user's CRF job): now the range the user named, and plainly that the trace cannot tell where none is."""
+    group = open_run(FRESH / "dcp-kineto").graph.meta.parallel.groups[0]
+    said = [w for w in group.evidence if "no gradient exchange" in w]
+    assert sorted(w.split(" ")[0] for w in said) == ["gather", "gather", "scatter", "scatter"]
+    assert sum("(in the range 'checkpoint')" in w for w in said) == 2
+    assert sum("(no backward op nor named range around it: what issued it the trace cannot tell)" in w for w in said) == 2
+    assert main(["whatif", str(FRESH / "dcp-kineto"), "--bandwidth", "200Mbit", "--allow-model-error", "--no-trace"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "exchange no gradients (in the range 'checkpoint'; no backward op nor named range" in out and "loss" not in out

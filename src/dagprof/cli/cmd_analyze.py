@@ -47,7 +47,7 @@ def to_text(r: dict) -> str:
             lines.append(f"    (inside the ops: {INSIDE_OPS})")
         for grp in (par.get("groups") or [])[:8]:
             label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + (" collective" if sum(grp["collectives"].values()) == 1 else " collectives")
-            lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {grp['evidence'][0]}")
+            lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {'; '.join(grp['evidence'])}")
         lines += [f"  note: {n}" for n in par.get("notes", [])]
     if c := r.get("ps_compression"):
         lines.append(f"  note: pushes compressed ({c['type']}, kv.set_gradient_compression): a worker pushes {c['pushed_mb']:.3f} MB and "

@@ -42,7 +42,7 @@ from ..passes.zero import even_share_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..traces.events import Kind
-from ..traces.parallelism import Dim
+from ..traces.parallelism import ACTIVATIONS, Dim
 from ..traces.run_schema import FSDP2_API
 from ..units import MB, count, figure
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note, roots_note
@@ -607,8 +607,10 @@ def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     unit = replica_ranks(g)
     acts = activation_comm(g)
     unsized = int(((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN)).sum()) - len(acts)
-    moved = (f"; the {len(acts)} unknown ones that moved activations in the data-parallel group (a loss's all-gathers, their "
-             "backward's scatters) are re-priced by link what-ifs, their price on the profiled link replaced by the new one"
+    # what the trace shows around them (``traces.parallelism._issuer``), not a guess: a DCP save's gathers were once said a loss's
+    seen = sorted({w.split(ACTIVATIONS, 1)[1].strip(" ()") for x in par.groups for w in x.evidence if ACTIVATIONS in w})
+    moved = (f"; the {len(acts)} unknown ones in the data-parallel group that exchange no gradients ({'; '.join(seen)}) are "
+             "re-priced by link what-ifs, their price on the profiled link replaced by the new one"
              + (f" ({unsized} more have no recorded size and keep their measured times)" if unsized else "")) if len(acts) else ""
     # a dagprof run sees the data-parallel collectives only: a replica's others (a TP layer's all-reduces, their waits) are
     # inside its layers' op times, which --compute-speed divides (bench/tp_fresh/mixer_dp_tp.py: about a quarter of its step)

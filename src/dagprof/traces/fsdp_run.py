@@ -79,7 +79,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(_outside_text([x[1] for x in outside], records, steps, info.api, len(sized)))
         labelled = in_op_groups(kt, hooked, [(x[0], (x[3] - x[1]) / 1e3, b) for x, b in zip(outside, nbytes)])
-    _say_job_steps(info, calls, steps, warnings)
+    _say_job_steps(info, calls, steps, records, warnings)
     if (untimed := untimed_roots_text(info.units)):
         warnings.append(untimed)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
@@ -148,11 +148,8 @@ def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str 
     ``sized``: those of them whose bytes the collector recorded (DTensor's functional collectives), pieces of the ops they
     blocked that link what-ifs re-price (``run_comm.in_op_sizes``)."""
     clip = "FSDP1's clip_grad_norm_ (its all-reduce of the norm)" if api == FSDP1_API else "clip_grad_norm_'s on DTensor gradients"
-    code, t = records[:, Col.CODE], records[:, Col.T_NS]
-    layer = (code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)
-    order = np.argsort(t[layer], kind="stable")
-    layer_t, layer_fwd, layer_id = t[layer][order], (code[layer] == Rec.FWD_BEGIN)[order], records[layer, Col.A][order]
-    passes = [(int(w.min()), int(w.max())) for _, b0, b1 in steps if len(w := layer_t[(layer_t >= b0) & (layer_t <= b1)])]
+    layer_t, layer_fwd, layer_id = _layer_records(records)
+    passes = _passes(layer_t, steps)
     within = np.array([any(a <= x <= b for a, b in passes) for x in starts], dtype=bool)
     between = np.zeros(len(starts), dtype=bool)
     if within.any():  # then a pass holds layer records
@@ -176,20 +173,43 @@ def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str 
                                                                        if sized else "not priced by the link nor held to their peers in replay and what-ifs"))
 
 
-def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:
+def _layer_records(records: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The layers' forward-begin and backward-end records by time: their times, whether each is a forward, their layers."""
+    code, t = records[:, Col.CODE], records[:, Col.T_NS]
+    layer = (code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)
+    order = np.argsort(t[layer], kind="stable")
+    return t[layer][order], (code[layer] == Rec.FWD_BEGIN)[order], records[layer, Col.A][order]
+
+
+def _passes(layer_t: np.ndarray, steps: list) -> list[tuple[int, int]]:
+    """Each step's forward and backward passes: from its first layer record to its last (ns)."""
+    return [(int(w.min()), int(w.max())) for _, b0, b1 in steps if len(w := layer_t[(layer_t >= b0) & (layer_t <= b1)])]
+
+
+def _job_call_where(starts: list[int], records: np.ndarray, steps: list) -> str:
+    """Where the job's own blocking calls ran, which is all the record tells of them: within a step's passes (the model's
+    or its loss's: an HSDP dual encoder's differentiable all_gather of in-batch negatives and its backward's scatters were
+    once guessed an evaluation's or a DCP save's) or outside them (the loop's: a save, an evaluation, a metric)."""
+    passes = _passes(_layer_records(records)[0], steps)
+    inside = sum(any(a <= x <= b for a, b in passes) for x in starts)
+    parts = [f"{inside} during the forward and backward passes (the model's or its loss's own)"] * bool(inside)
+    parts += [f"{len(starts) - inside} outside them (the loop's own)"] * (len(starts) > inside)
+    return "; ".join(parts) + "; which call issued them the record cannot tell"
+
+
+def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, records: np.ndarray, warnings: list) -> None:
     """Say which profiled steps ran collectives of the job's own (``JOB_PHASES``: DTensors gathered for a state_dict, a DCP
     save's object collectives): they are in the window's mean iteration, which a job saving every k steps takes 1 in k
     times, not as often as the window holds them. Where every step ran them they are the loop's own (DINO's all-reduce
     of its teacher's centre, ``bench/fsdp_fresh/dino_ema_teacher.py``), and no ``--steps`` leaves them out."""
     for phase, what, priced in ((FULL_TENSOR, "DTensor.full_tensor gathers (a state_dict for a save?)", "all-gathers"),
-                                (JOB_CALL, "blocking torch.distributed calls of the job's own ({kinds}: an evaluation's or a "
-                                 "logged metric, a DCP save's object collectives?)", "the collectives they run")):
+                                (JOB_CALL, "blocking torch.distributed calls of the job's own ({kinds}: {where})", "the collectives they run")):
         ran = [info.collectives[k].kind for s, b0, b1 in steps for k, t, _ in calls if info.collectives[k].phase == phase and b0 <= t <= b1]
         hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == phase and b0 <= t <= b1 for k, t, _ in calls))}
         if hit:  # no rank in the text: every rank runs them in the same steps, and equal texts are shown once
-            what = what.format(kinds=", ".join(f"{ran.count(k)} {k}" for k in sorted(set(ran))))
-            apart = ("every step ran them: the loop's own each step (a DINO centre's or a logged metric's all-reduce), no "
-                     "window leaves them out" if len(hit) == len(steps) else "--template averages those steps only with each "
+            starts = [t for s, b0, b1 in steps for k, t, _ in calls if info.collectives[k].phase == phase and b0 <= t <= b1]
+            what = what.format(kinds=", ".join(f"{ran.count(k)} {k}" for k in sorted(set(ran))), where=_job_call_where(starts, records, steps))
+            apart = ("every step ran them: no window leaves them out" if len(hit) == len(steps) else "--template averages those steps only with each "
                      "other; a window without them (--steps) times training alone")
             warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
                             f"{what}: joined across ranks and priced by the link as {priced}, they and the host time around them count "

@@ -80,13 +80,13 @@ _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch,
 )
 _TEXT = {int(d): d.text for d in Dim}
 _REDUCING = frozenset({CommKind.ALL_REDUCE, CommKind.REDUCE_SCATTER})
-_SCATTERING = frozenset({CommKind.SCATTER, CommKind.GATHER})  # rooted exchanges of activations (gloo runs an all_gather's backward so)
+_SCATTERING = frozenset({CommKind.SCATTER, CommKind.GATHER})  # rooted exchanges (gloo runs an all_gather's backward so, DCP its plan)
 # DTensor's redistribution, its dispatch, and from_local/to_local's backward (DDP over a TP-split model reduces the
 # partial gradients of a TP plan's replicated parameters there)
 _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
 
 
-ACTIVATIONS = "of activations in a data-parallel group"  # the reason ``_fill_from_group`` gives such a collective
+ACTIVATIONS = "in a data-parallel group, no gradient exchange"  # the reason ``_fill_from_group`` gives such a collective
 
 
 def in_op_name(kind: CommKind, ranks: int) -> str:
@@ -257,7 +257,7 @@ class Parallelism:
     @property
     def unknown_are_activations(self) -> bool:
         """Every collective labelled unknown moved activations in a data-parallel group of the profile (``_fill_from_group``:
-        a loss's all-gather and its backward's scatters in a user's own Kineto trace): their group, and so their link, is
+        a loss's all-gather and its backward's scatters, a DCP save's gathers, in a user's own Kineto trace): their group, and so their link, is
         the data-parallel one, which ``passes.comm.in_op_prices`` prices them on."""
         unknown = [g for g in self.groups if Dim.UNKNOWN.text in g.dims]
         return bool(unknown) and all(g.ranks and tuple(g.ranks) in self.dp_groups and "nothing tells" not in g.evidence
@@ -458,7 +458,8 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
     """Collectives nothing told take their group's label when the group's labelled ones (all ranks) agree; but data
     parallelism gathers nothing in the forward pass of a group that does not reduce-scatter (``_label_rank`` labels
     FSDP's) and scatters nothing: such a collective in a data-parallel group moves the model's activations (a
-    contrastive loss's all-gathered embeddings and their backward, SyncBatchNorm's statistics), so it stays unknown, said why."""
+    contrastive loss's all-gathered embeddings and their backward, a DCP save's object gathers), so it stays unknown, said
+    with what the trace shows around it (``_issuer``)."""
     per_group: dict[str, set[int]] = {}
     for trace, inst, dims, _ in labels:
         for k in np.flatnonzero(dims != Dim.UNKNOWN).tolist():
@@ -470,9 +471,26 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
                 continue
             seen = per_group.get(trace.groups[int(inst.group[k])], set())
             if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == CommKind.ALL_GATHER and inst.phase[k] == Phase.FORWARD)):
-                why[k] = f"{inst.coll[k].label} {ACTIVATIONS} (a loss's all_gather, SyncBatchNorm): not gradients"
+                why[k] = f"{inst.coll[k].label} {ACTIVATIONS} ({_issuer(trace.events, inst.rows[k])})"
             elif len(seen) == 1:
                 dims[k], why[k] = next(iter(seen)), "its group's other collectives"
+
+
+def _issuer(ev: EventTable, rows: np.ndarray) -> str:
+    """What the trace shows around a collective: the outermost backward op on its lane that encloses its first row (a
+    differentiable all_gather's backward, ``_AllGatherBackward``, scatters under gloo), else the innermost range the script
+    named (``record_function``: a user's "checkpoint" around a DCP save), else that the trace cannot tell. A user's CRF trace
+    had a DCP save's gathers and scatters called a loss's all-gather's backward, a guess its trace did not support."""
+    r = int(rows[np.argmin(ev.start[rows])])
+    lane, t0, t1 = ev.lane[r], ev.start[r], ev.start[r] + ev.dur[r]
+    around = np.flatnonzero((ev.lane == lane) & (ev.start <= t0) & (ev.start + ev.dur >= t1) & (ev.kind != Kind.STEP))
+    around = around[around != r]
+    # autograd's node (outermost: ``_AllGatherBackward`` runs ``_AlltoAll``), the script's innermost named range
+    for pick, at, text in ((ev.kind[around] == Kind.BACKWARD, np.argmin, "in the backward op {!r}"),
+                           (ev.depth[around] < 0, np.argmax, "in the range {!r}")):
+        if pick.any():
+            return text.format(ev.names[int(ev.name[around[pick][at(ev.start[around[pick]])]])])
+    return "no backward op nor named range around it: what issued it the trace cannot tell"
 
 
 def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
