@@ -117,7 +117,7 @@ FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f-cores-frac": (["whatif", "RUN", "--cores", "1.5", "--no-trace", "-o", "OUT"], ("tf-cost",), False),
     "f-template-steps-cut": (["replay", "RUN", "--template", "--steps", "6:8", "-o", "OUT"], ("cut-epoch",), False),
     "f-steps-one-cut": (["analyze", "RUN", "--steps", "7"], ("cut-epoch",), False),
-    "f-template-one": (["replay", "RUN", "--template", "--steps", "5", "-o", "OUT"], ("hvd-swung",), True),
+    "f-template-one": (["replay", "RUN", "--template", "--steps", "6", "-o", "OUT"], ("hvd-swung",), True),  # its first step
     "f-tp-degree-dptp": (["whatif", "RUN", "--tp-degree", "3", "--no-trace", "-o", "OUT"], ("vit-dptp",), False),
     "f-pp-neg": (["whatif", "RUN", "--pp-degree", "-2", "--no-trace", "-o", "OUT"], ("vit-dptp",), False),
     "f-diff-roots-other": (["diff", GAN, "RUN", "--no-report", "-o", "OUT"], ("a2c-roots",), False),
