@@ -103,7 +103,7 @@ FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f-optimize-roots": (["optimize", "RUN", "--budget", "1", "-o", "OUT"], ("a2c-roots",), False),
     "f-mesh-roots": (["whatif", "RUN", "--mesh", "2x2", "--no-trace", "-o", "OUT"], ("gan-roots",), True),
     "f-link-from-only": (["whatif", "RUN", "--link-from", str(W2), "--no-trace", "-o", "OUT"], ("caps-skip", "vit-dptp"), False),
-    "f-link-to-only": (["whatif", "RUN", "--link-to", str(W2), "--no-trace", "-o", "OUT"], ("caps-skip",), True),
+    "f-link-to-only": (["whatif", "RUN", "--link-to", str(W2), "--no-trace", "-o", "OUT"], ("caps-skip",), False),  # --link-to needs --link-from
     "f-link-world4": (["whatif", "RUN", "--link-from", str(W4), "--link-to", str(W2), "--no-trace", "-o", "OUT"],
                       ("caps-skip", "vit-dptp"), False),
     "f-link-both-w4": (["whatif", "RUN", "--link-from", str(W4), "--link-to", str(W4), "--no-trace", "-o", "OUT"],
