@@ -103,7 +103,7 @@ FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f-optimize-roots": (["optimize", "RUN", "--budget", "1", "-o", "OUT"], ("a2c-roots",), False),
     "f-mesh-roots": (["whatif", "RUN", "--mesh", "2x2", "--no-trace", "-o", "OUT"], ("gan-roots",), True),
     "f-link-from-only": (["whatif", "RUN", "--link-from", str(W2), "--no-trace", "-o", "OUT"], ("caps-skip", "vit-dptp"), False),
-    "f-link-to-only": (["whatif", "RUN", "--link-to", str(W2), "--no-trace", "-o", "OUT"], ("caps-skip",), True),
+    "f-link-to-only": (["whatif", "RUN", "--link-to", str(W2), "--no-trace", "-o", "OUT"], ("caps-skip",), False),  # --link-to needs --link-from
     "f-link-world4": (["whatif", "RUN", "--link-from", str(W4), "--link-to", str(W2), "--no-trace", "-o", "OUT"],
                       ("caps-skip", "vit-dptp"), False),
     "f-link-both-w4": (["whatif", "RUN", "--link-from", str(W4), "--link-to", str(W4), "--no-trace", "-o", "OUT"],
@@ -117,7 +117,7 @@ FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f-cores-frac": (["whatif", "RUN", "--cores", "1.5", "--no-trace", "-o", "OUT"], ("tf-cost",), False),
     "f-template-steps-cut": (["replay", "RUN", "--template", "--steps", "6:8", "-o", "OUT"], ("cut-epoch",), False),
     "f-steps-one-cut": (["analyze", "RUN", "--steps", "7"], ("cut-epoch",), False),
-    "f-template-one": (["replay", "RUN", "--template", "--steps", "5", "-o", "OUT"], ("hvd-swung",), True),
+    "f-template-one": (["replay", "RUN", "--template", "--steps", "6", "-o", "OUT"], ("hvd-swung",), True),  # its first step
     "f-tp-degree-dptp": (["whatif", "RUN", "--tp-degree", "3", "--no-trace", "-o", "OUT"], ("vit-dptp",), False),
     "f-pp-neg": (["whatif", "RUN", "--pp-degree", "-2", "--no-trace", "-o", "OUT"], ("vit-dptp",), False),
     "f-diff-roots-other": (["diff", GAN, "RUN", "--no-report", "-o", "OUT"], ("a2c-roots",), False),
