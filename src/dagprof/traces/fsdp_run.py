@@ -204,10 +204,12 @@ def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: lis
     of its teacher's centre, ``bench/fsdp_fresh/dino_ema_teacher.py``), and no ``--steps`` leaves them out."""
     for phase, what, priced in ((FULL_TENSOR, "DTensor.full_tensor gathers (a state_dict for a save?)", "all-gathers"),
                                 (JOB_CALL, "blocking torch.distributed calls of the job's own ({kinds}: {where})", "the collectives they run")):
-        ran = [info.collectives[k].kind for s, b0, b1 in steps for k, t, _ in calls if info.collectives[k].phase == phase and b0 <= t <= b1]
-        hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == phase and b0 <= t <= b1 for k, t, _ in calls))}
+        found = [(s, info.collectives[k].kind, t) for s, b0, b1 in steps for k, t, _ in calls
+                 if info.collectives[k].phase == phase and b0 <= t <= b1]
+        ran = [kind for _, kind, _ in found]
+        hit = {s: n for s, _, _ in steps if (n := sum(x[0] == s for x in found))}
         if hit:  # no rank in the text: every rank runs them in the same steps, and equal texts are shown once
-            starts = [t for s, b0, b1 in steps for k, t, _ in calls if info.collectives[k].phase == phase and b0 <= t <= b1]
+            starts = [t for _, _, t in found]
             what = what.format(kinds=", ".join(f"{ran.count(k)} {k}" for k in sorted(set(ran))), where=_job_call_where(starts, records, steps))
             apart = ("every step ran them: no window leaves them out" if len(hit) == len(steps) else "--template averages those steps only with each "
                      "other; a window without them (--steps) times training alone")
