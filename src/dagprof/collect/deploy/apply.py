@@ -37,6 +37,7 @@ from typing import Any
 
 from ...errors import DagprofError
 from ...units import MB
+from ..hooks.collector import replicated
 from ..hooks.exit_gc import collect_cycles_at_exit
 from .apply_fsdp import apply_fsdp
 from .strategy import Strategy, load_strategy
@@ -91,11 +92,10 @@ class Applied:
 def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file); an FSDP
     strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``)."""
-    from torch.distributed._composable.contract import _get_registry
     from torch.nn.parallel import DistributedDataParallel
 
     source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
-    if "replicate" in (_get_registry(ddp) or {}):
+    if replicated(ddp):
         raise DagprofError(f"dagprof.apply does not configure {type(ddp).__name__}: its {REPLICATE_NOT_APPLIED}", source)
     s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
     if s.fsdp is not None:

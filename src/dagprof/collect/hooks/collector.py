@@ -79,15 +79,21 @@ def compiled(module: Any) -> bool:
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
 
 
+def replicated(model: Any) -> bool:
+    """Whether ``model`` was given to the composable ``replicate()`` (its registry names it)."""
+    from torch.distributed._composable.contract import _get_registry
+
+    return "replicate" in (_get_registry(model) or {})
+
+
 def replicate_ddp(model: Any) -> Any:
     """The DDP the composable ``replicate()`` runs for ``model`` (None: not replicate()-ed). Where its first forward has
     not built it yet, it is built now, as that forward's pre-hook would first (``dagprof.profile`` finds the model in the
     global forward pre-hook, which runs before the module's own); the comm hooks the user gave the module are left for
     that pre-hook to register, so they run inside dagprof's."""
     from torch.distributed._composable import replicate
-    from torch.distributed._composable.contract import _get_registry
 
-    if "replicate" not in (_get_registry(model) or {}):
+    if not replicated(model):
         return None
     state = replicate.state(model)
     if not state.has_initialized:
