@@ -153,7 +153,8 @@ def to_text(r: dict) -> str:
                                 f"({r['model_error_pct']:+.1f} %{against}; {r['link']})", r["profiler_cost"]["text"]]
     fit = r["link_fit"]
     if fit and fit["weak"]:
-        lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it")
+        known = "" if fit["profiled_wire"] is not None else "; if you know the wire it ran on, --profiled-bandwidth RATE says it"
+        lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it{known}")
     keys = [a.name for a in AXES if any(row[a.name] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2, *(len(str(row[k])) + 2 for row in r["scenarios"])) for k in keys}  # a long value (a unit grouping) stays apart
     lines.append("".join(f"{k.replace('_', ' '):>{width[k]}}" for k in keys) + "".join(f"{h:>12}" for h in _SHORT.values()))
