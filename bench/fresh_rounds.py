@@ -1,5 +1,8 @@
 """Held-out what-ifs on fresh user scripts (issues 16, 20): each job profiled at 2 ranks, then measured unprofiled as asked.
 
+Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
+run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``).
+
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
 - ``profile-lo``: the 2-rank job profiled on loopback (the zero-code bootstrap, Kineto on, steps 5:10), which predicts
@@ -8,10 +11,10 @@ Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cel
   --profiled-bandwidth 1Gbit``;
 - unprofiled: ``lo`` (2 ranks, as profiled), ``w4`` (4 ranks), ``1G`` and ``200M`` (2 ranks on the testbed): rank 0's
   median step as the script prints it.
-Each cell: predicted, measured, error, and the change error (the prediction over the model of its profile, ``whatif``'s
-own baseline, against the measured cell over the job measured as profiled in the same round), which takes out the level
-the profiler and the minute's load put the profile at; and the model's own error (the profile replayed against its
-unprofiled twin).
+Each cell: predicted, measured, error (median steps), and the change error (the prediction over the model of its profile,
+the same what-if's median step at the profiled setting, against the measured cell over the job measured as profiled in the
+same round), which takes out the level the profiler and the minute's load put the profile at; and the model's own error
+(that median against its unprofiled twin's).
 
     dp-excl .venv/bin/python bench/fresh_rounds.py --keep KEPT --jobs crf,dual      # one round each, added to KEPT
     .venv/bin/python bench/fresh_rounds.py --offline KEPT [--src TREE/src]          # predicted by a tree, no lock
@@ -33,16 +36,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from whatif_cli import Refused, whatif_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_encoder.py", "--shard", "2"]}
+JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_encoder.py", "--shard", "2"],
+        "ppo": ["ddp_fresh/ppo_cartpole.py"], "nerf": ["fsdp_fresh/nerf_rays.py"]}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
 CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M")}
-PROFILES = {"profile-lo": ("lo", "w4", ("--workers", "4", "--cores", "2")),
-            "profile-1G": ("1G", "200M", ("--bandwidth", "200Mbit", "--profiled-bandwidth", "1Gbit"))}
+# each what-if asks the profiled setting first: its median step is the model's, to hold against the measured twin's median
+PROFILES = {"profile-lo": ("lo", "w4", ("--workers", "2,4", "--cores", "2")),
+            "profile-1G": ("1G", "200M", ("--bandwidth", "1Gbit,200Mbit", "--profiled-bandwidth", "1Gbit"))}
 MIN_CELL_S = 25
 GRACE_S = 8
-CAP_S = {"crf": 75, "dual": 120}  # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
+CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120}  # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
@@ -135,8 +140,8 @@ def judge(out: str, src: str | None) -> list[dict]:
             except Refused as e:
                 rows.append(row | {"refused": str(e)})
                 continue
-        s = d["scenarios"][0]
-        row |= {"predicted_ms": s["predicted_iter_ms"], "model_ms": d["model_iter_ms"], "lo_ms": s["lo_ms"], "hi_ms": s["hi_ms"]}
+        base, s = d["scenarios"]
+        row |= {"predicted_ms": s["predicted_median_ms"], "model_ms": base["predicted_median_ms"], "lo_ms": s["lo_ms"], "hi_ms": s["hi_ms"]}
         if row["measured_as_ms"]:
             row["model_error_pct"] = 100 * (row["model_ms"] / row["measured_as_ms"] - 1)
         if row["measured_ms"]:
