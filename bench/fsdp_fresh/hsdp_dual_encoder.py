@@ -107,11 +107,14 @@ def main() -> None:
     p.add_argument("--accum", type=int, default=2)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--dim", type=int, default=96)
+    p.add_argument("--shard", type=int, default=0, help="the mesh's shard degree (default: half the ranks; 2 ranks with "
+                   "--shard 2 run 1x2, the replicate degree grown to 2 at 4 ranks)")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("replicate", "shard"))
+    shard = args.shard or dist.get_world_size() // 2
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // shard, shard), mesh_dim_names=("replicate", "shard"))
     torch.manual_seed(0)
     model = DualEncoder(args.dim, 64)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
