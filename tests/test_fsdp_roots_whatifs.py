@@ -79,12 +79,10 @@ def test_memory_sums_the_roots(dino):
     assert m.optimizer == dino.meta.fsdp.memory[0].optim_state_bytes
 
 
-def test_optimize_refuses_in_one_line_and_the_unit_what_ifs_answer(tmp_path, capsys):
-    """``dagprof.apply`` deploys a strategy on one root: the search refuses, saying what prices this job's settings instead."""
+def test_ddp_buckets_refuse_in_one_line_and_the_unit_what_ifs_answer(tmp_path, capsys):
+    """Re-laying DDP's buckets on several roots is refused in one line; the unit what-ifs answer (``optimize`` searches
+    them: tests/test_fsdp_roots_optimize.py)."""
     copy = shutil.copytree(GAN, tmp_path / "gan")
-    assert main(["optimize", str(copy)]) != 0
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "dagprof whatif RUN" in err and "--data-parallel ddp" in err
     assert main(["whatif", str(copy), "--data-parallel", "ddp", "--bucket-mb", "1"]) != 0  # re-lays one reducer's buckets
     assert "with --bucket-mb or --no-overlap" in capsys.readouterr().err
     for args in (["--reshard-after-forward", "off"], ["--units", "merge:2"], ["--workers", "4", "--cores", "2"], ["--data-parallel", "ddp"]):

@@ -59,10 +59,10 @@ def test_link_from_of_other_ranks_or_another_backend_than_the_run_is_refused(tmp
 
 
 def test_optimize_of_a_job_of_several_roots_names_the_run(tmp_path, capsys):
-    """The refusal said why but named neither the run nor a flag."""
+    """The refusal said why but named neither the run nor a flag; what is still refused there names the run too."""
     run = DATA / "fsdp-fresh" / "a2c-roots"
-    line = _refused(capsys, "optimize", "--json", run, "--budget", "1", "-o", tmp_path / "out")
-    assert f"{run}: the search of reshard, units and reduce dtype: this job has 2 fully_shard roots" in line, line
+    line = _refused(capsys, "whatif", "--json", run, "--data-parallel", "ddp", "--bucket-mb", "1", "--no-trace")
+    assert f"{run}: --data-parallel ddp with --bucket-mb or --no-overlap: this job has 2 fully_shard roots" in line, line
 
 
 @pytest.mark.parametrize("value", [float("nan"), -6854612.0])

@@ -52,6 +52,7 @@ def main() -> None:
     ap.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
     ap.add_argument("--ddp", action="store_true", help="wrap each model in its own DistributedDataParallel instead (the held-out run of "
                     "whatif --data-parallel ddp)")
+    ap.add_argument("--strategy", metavar="FILE", help="a strategy of dagprof optimize, applied to both towers (dagprof.apply)")
     ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
     reshard = None if args.reshard is None else args.reshard == "on"
@@ -61,6 +62,10 @@ def main() -> None:
     wrap = DistributedDataParallel if args.ddp else (lambda m: shard(m, reshard))
     actor = wrap(Tower(args.obs, 192, 3, args.actions))
     critic = wrap(Tower(args.obs, 256, 2, 1))
+    if args.strategy:
+        import dagprof
+
+        dagprof.apply([actor, critic], args.strategy)
     opt_a = torch.optim.Adam(actor.parameters(), lr=3e-4)
     opt_c = torch.optim.RMSprop(critic.parameters(), lr=1e-3)
     dynamics = torch.randn(args.obs + args.actions, args.obs, generator=torch.Generator().manual_seed(3)) / args.obs ** 0.5

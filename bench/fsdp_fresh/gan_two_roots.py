@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--reshard", choices=("on", "off"), default=None, help="every unit's reshard_after_forward (default: fully_shard's)")
     ap.add_argument("--ddp", action="store_true", help="wrap each model in its own DistributedDataParallel instead (the held-out run of "
                     "whatif --data-parallel ddp)")
+    ap.add_argument("--strategy", metavar="FILE", help="a strategy of dagprof optimize, applied to both models (dagprof.apply)")
     ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
     reshard = None if args.reshard is None else args.reshard == "on"
@@ -60,6 +61,10 @@ def main() -> None:
     if args.late_disc and not args.ddp:  # a habit: the second model built (or sharded) after a first forward of the first
         gen(torch.randn(2, 32, generator=g))
         shard(disc, reshard)
+    if args.strategy:
+        import dagprof
+
+        dagprof.apply([gen, disc], args.strategy)  # the generator first: it runs forward first
     opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))

@@ -134,8 +134,11 @@ def recommendation(res, path: str, fsdp_api: str | None = None, hybrid: bool = F
         return (f"wrap the units as {path!r} says: FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.{kept}) "
                 f"for a unit kept gathered after forward, {resharded} for one resharded, MixedPrecision(reduce_dtype=...) for the reduce "
                 "dtype (dagprof.apply configures fully_shard models only)")
-    model = "fsdp_model" if res.to_dict().get("fsdp") else "ddp_model"
-    return f"dagprof.apply({model}, {path!r}) before training, or verify it: dagprof optimize RUN --verify -- CMD"
+    roots = res.strategy().fsdp.roots if res.to_dict().get("fsdp") else 0
+    model = "ddp_model" if not roots else "fsdp_model" if roots == 1 else f"[{', '.join(f'root{k}' for k in range(roots))}]"
+    each = (f" (each fully_shard root, in the order the job first runs them forward: {', '.join(f'root{k}' for k in range(roots))})"
+            if roots > 1 else "")
+    return f"dagprof.apply({model}, {path!r}) before training{each}, or verify it: dagprof optimize RUN --verify -- CMD"
 
 
 def _search_bar(budget_s: float):

@@ -115,7 +115,7 @@ def refuse_several_roots(g: Graph, what: str, why: str) -> None:
     if len(roots) > 1:
         raise DagprofError(f"{what}: this job has {len(roots)} fully_shard roots (a GAN's two models, a teacher beside a "
                            f"student): {why}; modelled on it: --bandwidth, --latency, --compute-speed, --workers, --reduce-dtype, "
-                           "--reshard-after-forward, --units, --data-parallel ddp", g.meta.source)
+                           "--reshard-after-forward, --units, --data-parallel ddp, dagprof optimize", g.meta.source)
 
 
 def refuse_post_forward(g: Graph, what: str, units: list[str] | None = None) -> None:

@@ -8,6 +8,11 @@ link model fitted to the run's collectives, and its peak memory per rank by ``se
 under ``--memory-budget`` a candidate that does not fit scores worse (``evaluate.penalised``), and a
 budget that not even the least memory candidate fits is refused in one line.
 
+On a job of several ``fully_shard`` roots (a GAN, an actor-critic, a student beside its EMA teacher) each unit's reshard is
+its own root's (the what-ifs re-lay units within their root), the peak is the phase model's (``fsdp_memory.root_phases``:
+each root's activations while the profile had them alive), groupings stay within a root, and the space is searched root
+by root (``_root_by_root``); the strategy names each unit's root, and ``dagprof.apply`` takes every root.
+
 How it searches: the space is 2^units x dtypes. Up to ``EXHAUSTIVE`` candidates every one is replayed
 (a small job's space: a 4-block model has 16 x 2); beyond that, from the best of the seeds (as profiled,
 every unit resharded, every unit kept, each dtype), the best single change (one unit flipped, or the
@@ -35,7 +40,7 @@ from ..analysis import job_iteration_us
 from ..analysis.interval import PredictionInterval, StepStatistic, link_residuals, predict_interval
 from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strategy
 from ..errors import DagprofError
-from ..graph.build_fsdp import refuse_several_roots, refuse_untimed_roots
+from ..graph.build_fsdp import refuse_untimed_roots
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, set_topology
 from ..passes.fsdp import reshard_change, resharded, set_reduce_dtype, set_reshard
@@ -136,18 +141,26 @@ class Grouping:
     iter_us: float
     memory: FsdpMemory
     fits: bool
+    roots: tuple[int, ...] = ()  # each group's fully_shard root (``FsdpGraphUnit.root``; empty: the first's)
+    root_units: frozenset[str] = frozenset({FSDP_ROOT})  # the roots' own units (``FsdpGraphUnit.is_root``)
 
     def wrap(self, api: str) -> str:
-        """How to make the groups: FSDP2's ``fully_shard`` calls (``model.`` before each module path), the root's last;
-        FSDP1 wraps one module per unit, so each group needs a module that holds just its members."""
+        """How to make the groups: FSDP2's ``fully_shard`` calls (``model.`` before each module path; ``rootK.`` in the
+        K-th other root a job of several roots attached), the root's last; FSDP1 wraps one module per unit, so each group
+        needs a module that holds just its members."""
         if api != FSDP2_API:
             return "; ".join(f"FullyShardedDataParallel(model) alone, with {', '.join(grp[1:])} not wrapped" if FSDP_ROOT in grp
                              else f"one FullyShardedDataParallel unit for {' + '.join(grp)}" for grp in self.groups)
-        calls = [f"fully_shard([{', '.join(f'model.{n}' for n in grp)}])" for grp in self.groups if FSDP_ROOT not in grp]
-        into_root = [n for grp in self.groups if FSDP_ROOT in grp for n in grp if n != FSDP_ROOT]
-        if into_root:
-            calls.append(f"fully_shard(model) with {', '.join(into_root)} not wrapped on their own")
-        return "; ".join(calls)
+        roots = self.roots or (0,) * len(self.groups)
+        root = lambda k: f"root{k}" if k else "model"  # noqa: E731
+        path = lambda n, k: n.partition(".")[2] if k else n  # noqa: E731  (another root's units: its prefix, then the path)
+        calls = [f"fully_shard([{', '.join(f'{root(k)}.{path(n, k)}' for n in grp)}])" for grp, k in zip(self.groups, roots)
+                 if not self.root_units & set(grp)]
+        calls += [f"fully_shard({root(k)}) with {', '.join(path(n, k) for n in grp if n not in self.root_units)} not wrapped on their own"
+                  for grp, k in zip(self.groups, roots) if self.root_units & set(grp)]
+        prefix = {k: grp[0].partition(".")[0] for grp, k in zip(self.groups, roots) if k}
+        named = "; ".join(f"root{k}: the fully_shard root whose unit names begin {p}" for k, p in sorted(prefix.items()))
+        return "; ".join(calls) + (f" ({named})" if named else "")
 
     def to_dict(self, baseline_us: float, api: str) -> dict:
         return {"units": self.spec, "groups": [list(grp) for grp in self.groups], "wrap": self.wrap(api),
@@ -190,7 +203,7 @@ class FsdpSearchResult(Gain):
 
     def plan(self, c: FsdpCandidate) -> FsdpPlan:
         chosen = dict(zip(self.units, c.reshard))
-        return FsdpPlan(tuple(FsdpUnitPlan(u.name, u.numel, chosen.get(u.name, u.reshard_after_forward)) for u in self.record_units),
+        return FsdpPlan(tuple(FsdpUnitPlan(u.name, u.numel, chosen.get(u.name, u.reshard_after_forward), u.root) for u in self.record_units),
                         c.reduce_dtype)
 
     def strategy(self) -> Strategy:
@@ -219,9 +232,6 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     there are at most ``exhaustive``."""
     t0 = time.perf_counter()
     refuse_untimed_roots(g, "the search of reshard, units and reduce dtype")
-    refuse_several_roots(g, "the search of reshard, units and reduce dtype", "dagprof.apply deploys a strategy on one fully_shard "
-                         "root, so no searched strategy could be applied to this job; price each setting with `dagprof whatif RUN` "
-                         "(each root's units re-laid within that root) and pass the best to each root's fully_shard calls yourself")
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)
@@ -250,7 +260,12 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
         _refuse_impossible(ev, units, dtypes, memory_budget, source)
     n = len(units)
     seeds = [profiled] + [FsdpCandidate((on,) * n, d) for d in dtypes for on in (True, False)] + [FsdpCandidate(profiled.reshard, d) for d in dtypes[1:]]
-    if 2**n * len(dtypes) <= exhaustive:
+    roots = [[i for i, name in enumerate(units) if by_name[name].root == r] for r in sorted({u.root for u in fs.units})]
+    if len(roots) > 1:
+        notes.append(f"{len(roots)} fully_shard roots: each root's units searched with the other roots' at their best so far, "
+                     "root after root until a round gains nothing; one reduce dtype for every root")
+        _root_by_root(ev, min((ev.score(c) for c in seeds), key=ev.objective), roots, dtypes, exhaustive, t0 + budget_s, notes)
+    elif 2**n * len(dtypes) <= exhaustive:
         space = seeds + [FsdpCandidate(r, d) for d in dtypes for r in itertools.product((True, False), repeat=n)]
         for c in space:
             if time.perf_counter() - t0 > budget_s and len(ev.cache) >= len(set(seeds)):
@@ -276,17 +291,47 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     for name, s in (("baseline", base), ("best", best)):
         sg, res = ev.replay(s.candidate)
         intervals[name] = predict_interval(sg, res, s.iter_us, residuals)
-    record = [FsdpUnitPlan(u.name, u.numel, u.resharded_after_forward) for u in fs.units]
+    record = [FsdpUnitPlan(u.name, u.numel, u.resharded_after_forward, u.root) for u in fs.units]
     groupings = _groupings(ev, base, memory_budget, t0 + budget_s, notes)
     return FsdpSearchResult(base, best, units, record, profiled_dtype, ev.replayed, time.perf_counter() - t0,
                             graph_world_size(g), notes, memory_budget, intervals, groupings=groupings, api=fs.api)
 
 
+def _root_by_root(ev: FsdpEvaluator, cur: FsdpScored, roots: list[list[int]], dtypes: list[str | None], exhaustive: int,
+                  deadline: float, notes: list[str]) -> None:
+    """A job of several ``fully_shard`` roots: the space is the product of the roots' own (2^units each), so each root's
+    units (and the reduce dtype) are searched with the other roots' held at the best so far (every setting of the root's
+    units where at most ``exhaustive``, else each one flipped), root after root, until a round over every root gains
+    nothing. A root's reshard changes its own collectives and what its phase holds; each candidate is still replayed and
+    its peak taken whole, so what the roots share (the link, the step) is priced, not assumed apart."""
+    while True:
+        before = ev.objective(cur)
+        for idx in roots:
+            base = cur.candidate.reshard
+            if 2 ** len(idx) * len(dtypes) <= exhaustive:
+                settings = list(itertools.product((True, False), repeat=len(idx)))
+            else:
+                settings = [tuple(not base[i] if i == k else base[i] for i in idx) for k in idx] + [tuple(base[i] for i in idx)]
+            for d in dtypes:
+                for r in settings:
+                    if time.perf_counter() > deadline:
+                        notes.append(f"search stopped at its budget after {len(ev.cache)} candidates")
+                        return
+                    mine = dict(zip(idx, r))
+                    s = ev.score(FsdpCandidate(tuple(mine.get(i, on) for i, on in enumerate(base)), d))
+                    if ev.objective(s) < ev.objective(cur) - 1e-6:
+                        cur = s
+        if ev.objective(cur) >= before - 1e-6:
+            return
+
+
 def grouping_specs(g: Graph) -> list[str]:
-    """Every coarser grouping searched: each adjacent pair of inner units, ``merge:N`` for N = 2 .. (inner units - 1),
-    and ``merge:all``; those that make the same groups once."""
-    inner = [u.name for u in g.meta.fsdp.units if u.name != FSDP_ROOT]
-    specs = [f"{a}+{b}" for a, b in zip(inner, inner[1:])] + [f"merge:{k}" for k in range(2, len(inner))] + ["merge:all"]
+    """Every coarser grouping searched: each adjacent pair of inner units of one ``fully_shard`` root, ``merge:N`` for
+    N = 2 .. (the most inner units of a root - 1), and ``merge:all``; those that make the same groups once."""
+    units = g.meta.fsdp.units
+    inner = {r: [u.name for u in units if u.root == r and not u.is_root] for r in sorted({u.root for u in units})}
+    pairs = [f"{a}+{b}" for names in inner.values() for a, b in zip(names, names[1:])]
+    specs = pairs + [f"merge:{k}" for k in range(2, max(map(len, inner.values())))] + ["merge:all"]
     seen, out = set(), []
     for spec in specs:
         key = tuple(tuple(grp) for grp in unit_groups(g, spec))
@@ -300,6 +345,7 @@ def _groupings(ev: FsdpEvaluator, base: FsdpScored, memory_budget: float | None,
     """Each grouping of ``grouping_specs`` priced on the profiled setup (module docstring), fastest first."""
     g = ev.g
     specs = grouping_specs(g)
+    root_of, root_units = {u.name: u.root for u in g.meta.fsdp.units}, frozenset(u.name for u in g.meta.fsdp.units if u.is_root)
     flat = job_iteration_us(ev.modelled, replay(ev.modelled))
     out, refused = [], 0
     for k, spec in enumerate(specs):
@@ -314,7 +360,8 @@ def _groupings(ev: FsdpEvaluator, base: FsdpScored, memory_budget: float | None,
         mem = max(fsdp_peak(with_units(g, spec)).values(), key=lambda m: m.total)
         groups = tuple(tuple(grp) for grp in unit_groups(g, spec) if len(grp) > 1)
         us = base.iter_us * job_iteration_us(merged, replay(merged)) / flat
-        out.append(Grouping(spec, groups, us, mem, memory_budget is None or mem.total <= memory_budget))
+        out.append(Grouping(spec, groups, us, mem, memory_budget is None or mem.total <= memory_budget,
+                            tuple(root_of[grp[0]] for grp in groups), root_units))
     if refused:
         why = ("units given reshard_after_forward=N, an int, or units that reshard after forward differently"
                if any(u.reshard_to for u in g.meta.fsdp.units) else "their units reshard after forward differently")

@@ -39,7 +39,7 @@ from ...errors import DagprofError
 from ...units import MB
 from ..hooks.collector import replicated
 from ..hooks.exit_gc import collect_cycles_at_exit
-from .apply_fsdp import apply_fsdp
+from .apply_fsdp import apply_fsdp, validate_fsdp
 from .strategy import Strategy, load_strategy
 
 # why ``apply`` leaves a replicate() job alone (said by ``apply`` and by ``dagprof optimize``)
@@ -91,15 +91,21 @@ class Applied:
 
 def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file); an FSDP
-    strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``)."""
+    strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``), or each of a list of roots
+    (a job of several, in the order it first runs them forward)."""
     from torch.nn.parallel import DistributedDataParallel
 
     source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
+    s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
+    if isinstance(ddp, (list, tuple)):
+        if s.fsdp is None:
+            raise DagprofError("dagprof.apply takes a list of modules for an FSDP strategy of several fully_shard roots; this is a DDP "
+                               "strategy: pass the DistributedDataParallel-wrapped model", source)
+        return _apply_roots(list(ddp), s, source)
     if replicated(ddp):
         raise DagprofError(f"dagprof.apply does not configure {type(ddp).__name__}: its {REPLICATE_NOT_APPLIED}", source)
-    s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
     if s.fsdp is not None:
-        return _apply_fsdp(ddp, s, source)
+        return _apply_roots([ddp], s, source)
     if not isinstance(ddp, DistributedDataParallel):
         raise DagprofError(f"dagprof.apply needs the DistributedDataParallel-wrapped model, got {type(ddp).__name__}", source)
     done = _applied_before(ddp, s, source)
@@ -131,13 +137,37 @@ def _applied_before(model: Any, s: Strategy, source: str | None) -> Applied | No
     return done
 
 
-def _apply_fsdp(model: Any, s: Strategy, source: str | None) -> Applied:
+def _apply_roots(roots: list[Any], s: Strategy, source: str | None) -> Applied:
+    """An FSDP strategy on every ``fully_shard`` root it configures, each checked before any changes."""
+    if len(roots) != s.fsdp.roots:
+        raise DagprofError(f"this FSDP strategy configures {s.fsdp.roots} fully_shard root{'s' if s.fsdp.roots > 1 else ''}, "
+                           f"dagprof.apply was given {len(roots)}: pass every root the job trains, in the order it first runs them "
+                           "forward, e.g. dagprof.apply([generator, discriminator], strategy)", source)
+    done = [_applied_before(m, s, source) for m in roots]
+    if all(d is not None for d in done):
+        return done[0]
+    for k, m in enumerate(roots):
+        validate_fsdp(m, s, source, k)
+    plan = Applied(roots if len(roots) > 1 else roots[0], s, source)
+    for k, m in enumerate(roots):
+        apply_fsdp(m, s, source, k)
+        m._dagprof_applied = plan
+    return plan
+
+
+def apply_root(model: Any, strategy: Strategy | str | os.PathLike[str], k: int) -> Applied | None:
+    """Configure the ``k``-th ``fully_shard`` root of a job with its part of an FSDP strategy, as ``optimize --verify``
+    reaches each root (``deploy.autoapply``); a strategy of one root (or a DDP one) leaves roots after the first alone,
+    as it always did. None where nothing was applied."""
+    s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
+    if s.fsdp is None or s.fsdp.roots == 1:
+        return None if k else apply(model, strategy)
+    source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
     done = _applied_before(model, s, source)
     if done is not None:
         return done
-    apply_fsdp(model, s, source)
-    plan = Applied(model, s, source)
-    model._dagprof_applied = plan
+    apply_fsdp(model, s, source, k)
+    model._dagprof_applied = plan = Applied(model, s, source)
     return plan
 
 

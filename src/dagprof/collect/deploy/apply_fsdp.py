@@ -20,6 +20,13 @@ What torch 2.13 lets change after wrapping, and how each choice is set:
   ``passes.fsdp.PREFETCH_ON_GLOO``; grouping is which modules ``fully_shard`` wraps, a wrap-time choice that
   ``optimize`` advises beside the strategy).
 
+A job of several ``fully_shard`` roots (a GAN's generator and discriminator, an actor-critic) takes every root,
+in the order the profiled job first ran them forward (the order ``dagprof profile`` attached them):
+``dagprof.apply([generator, discriminator], "strategy.json")``. Root ``k``'s units are named as the profile named
+them (``FSDP<Class>k.`` before each module path after the first root; ``collector.root_prefix``), so a list in
+another order is refused by name or size. ``optimize --verify`` applies each root as the job reaches it
+(``deploy.autoapply``).
+
 A strategy for another model (a unit it names is not an FSDP unit here, one of the model's units is not
 in it, or a unit's parameter count differs) is refused in one line before anything changes.
 """
@@ -35,21 +42,30 @@ from .strategy import FsdpPlan, Strategy
 REDUCE_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
-def fsdp_units(model: Any) -> dict[str, Any]:
-    """The ``fully_shard``-ed modules under ``model`` by unit name (module path; ``<root>`` for ``model``)."""
+def fsdp_units(model: Any, root: int = 0) -> dict[str, Any]:
+    """The ``fully_shard``-ed modules under ``model`` by unit name (module path; ``<root>`` for ``model``); ``model``
+    the ``root``-th root of a job of several (k > 0): the names the profile gave its units (the module docstring)."""
     from torch.distributed.fsdp import FSDPModule
 
-    return {name or FSDP_ROOT: m for name, m in model.named_modules() if isinstance(m, FSDPModule)}
+    prefix = f"{type(model).__name__}{root}" if root else ""
+    # a root with no parameters of its own (an nn.Sequential of sharded blocks) has no group: no unit, as the profile has none
+    named = {name: m for name, m in model.named_modules() if isinstance(m, FSDPModule) and _groups(m)}
+    if not root:
+        return {name or FSDP_ROOT: m for name, m in named.items()}
+    return {f"{prefix}.{name}" if name else prefix: m for name, m in named.items()}
 
 
-def validate_fsdp(model: Any, s: Strategy, source: str | None = None) -> dict[str, Any]:
-    """Refuse, in one line, an FSDP strategy that does not fit ``model``; its units by name otherwise."""
+def validate_fsdp(model: Any, s: Strategy, source: str | None = None, root: int = 0) -> dict[str, Any]:
+    """Refuse, in one line, an FSDP strategy that does not fit ``model`` (its ``root``-th root); its units by name otherwise."""
     from torch.distributed.fsdp import FSDPModule
 
-    plan: FsdpPlan = s.fsdp
+    plan: FsdpPlan = s.fsdp.of_root(root)
     if not isinstance(model, FSDPModule):
         raise DagprofError(f"this is an FSDP strategy: dagprof.apply needs the fully_shard-ed root module, got {type(model).__name__}", source)
-    here = fsdp_units(model)
+    if not plan.units:
+        raise DagprofError(f"the strategy configures {s.fsdp.roots} fully_shard roots; this job has a root {root + 1} "
+                           f"({type(model).__name__}) it does not name", source)
+    here = fsdp_units(model, root)
     numel = {name: sum(fp._orig_size.numel() for g in _groups(m) for fp in g.fsdp_params) for name, m in here.items()}
     why = plan.mismatch(numel, "a fully_shard-ed module here", "here")
     if why:
@@ -59,12 +75,13 @@ def validate_fsdp(model: Any, s: Strategy, source: str | None = None) -> dict[st
     return here
 
 
-def apply_fsdp(model: Any, s: Strategy, source: str | None = None) -> None:
-    """Set each unit's ``reshard_after_forward`` and, when the plan has one, its reduce dtype (see the module docstring)."""
+def apply_fsdp(model: Any, s: Strategy, source: str | None = None, root: int = 0) -> None:
+    """Set each unit's ``reshard_after_forward`` and, when the plan has one, its reduce dtype (see the module docstring);
+    ``root``: ``model`` is that root of a job of several, configured with its own units' part of the plan."""
     import torch
 
-    here = validate_fsdp(model, s, source)
-    for u in s.fsdp.units:
+    here = validate_fsdp(model, s, source, root)
+    for u in s.fsdp.of_root(root).units:
         if u.reshard_after_forward and all(g._reshard_after_forward for g in _groups(here[u.name])):
             continue  # resharding already, perhaps to fewer ranks (reshard_after_forward=N, which optimize keeps): left as it is
         here[u.name].set_reshard_after_forward(u.reshard_after_forward, recurse=False)

@@ -3,7 +3,8 @@
 The launcher's (``jobs.launch``) ``sitecustomize`` calls ``install()`` in every Python process of the job. With
 ``DAGPROF_STRATEGY`` set, every DistributedDataParallel model gets ``dagprof.apply`` right after
 it is built, and a ``fully_shard``-ed model at its root's first forward, before FSDP's lazy init (a
-strategy for another model stops the job there, with one line). With
+strategy for another model stops the job there, with one line); a strategy of several roots configures
+each other root as the profile attached it (``apply.apply_root``). With
 ``DAGPROF_TIMES`` set, each rank writes its step times (a step ends when the first optimizer
 that ever stepped finishes ``step()``) and the DDP forward calls per step to
 ``$DAGPROF_TIMES/rank<r>.json`` at exit. A training loop that accumulates gradients asks the
@@ -37,11 +38,11 @@ def _patch(after_import: Any) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from ..hooks.fsdp import on_root_forward
-    from .apply import apply
+    from .apply import apply, apply_root
 
     strategy = os.environ.get(ENV_STRATEGY)
     times_dir = os.environ.get(ENV_TIMES)
-    state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None}
+    state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None, "roots": 0}
     original_init = DDP.__init__
 
     def count(module: Any, inputs: Any) -> None:
@@ -58,9 +59,14 @@ def _patch(after_import: Any) -> None:
 
     def fsdp_root(root: Any) -> None:
         if strategy:
-            apply(root, strategy)  # before FSDP's own pre-forward (its lazy init): a mismatch raises here
+            apply_root(root, strategy, 0)  # before FSDP's own pre-forward (its lazy init): a mismatch raises here
         count(root, ())  # this forward's module hooks were taken before this one is registered
         root.register_forward_pre_hook(count)
+
+    def other_root(root: Any) -> None:  # a job of several roots: in the order the profile attached them
+        state["roots"] += 1
+        if strategy:
+            apply_root(root, strategy, state["roots"])
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
         if state["opt"] is None:
@@ -76,7 +82,7 @@ def _patch(after_import: Any) -> None:
         state["last"], state["forwards"] = now, 0
 
     DDP.__init__ = ddp_init
-    on_root_forward(after_import, fsdp_root)
+    on_root_forward(after_import, fsdp_root, other_root)
     register_optimizer_step_post_hook(after_step)
     if times_dir:
         atexit.register(_write, times_dir, state)

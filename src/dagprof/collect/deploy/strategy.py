@@ -69,12 +69,13 @@ class Compression(msgspec.Struct, frozen=True):
         return self.as_codec.label()
 
 
-class FsdpUnitPlan(msgspec.Struct, frozen=True):
+class FsdpUnitPlan(msgspec.Struct, frozen=True, omit_defaults=True):
     """One FSDP2 unit (a ``fully_shard``-ed module) as the strategy configures it."""
 
-    name: str  # module path, "<root>" for the root module
+    name: str  # module path, "<root>" for the root module (another root's: its prefix first, ``FsdpGraphUnit.is_root``)
     numel: int  # its own parameters' elements, unsharded (not those of units inside it): refused when the model's differ
     reshard_after_forward: bool
+    root: int = 0  # which fully_shard root it is in, as the profile attached them (the first run forward first)
 
 
 class FsdpPlan(msgspec.Struct, frozen=True):
@@ -98,6 +99,15 @@ class FsdpPlan(msgspec.Struct, frozen=True):
     @property
     def lossy(self) -> bool:
         return self.reduce_dtype in ("bfloat16", "float16")
+
+    @property
+    def roots(self) -> int:
+        """How many ``fully_shard`` roots the plan configures (``dagprof.apply`` takes that many modules)."""
+        return 1 + max((u.root for u in self.units), default=0)
+
+    def of_root(self, k: int) -> FsdpPlan:
+        """The plan of root ``k``'s units alone (``apply`` configures one root at a time)."""
+        return FsdpPlan(tuple(u for u in self.units if u.root == k), self.reduce_dtype)
 
     def mismatch(self, units: dict[str, int], absent: str, here: str) -> str | None:
         """Why the plan does not fit ``units`` (name -> parameter elements: a model's, or a run's), or None;
