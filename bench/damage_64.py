@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -70,8 +71,8 @@ FEATURE = {
 FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f64-workers0": (["whatif", "RUN", "--workers", "0", "--no-trace", "-o", "OUT"], EVERY, False),
     "f64-workers-frac": (["whatif", "RUN", "--workers", "2.5", "--no-trace", "-o", "OUT"], ("realnvp", "mx-bow"), False),
-    "f64-ddp-roots": (["whatif", "RUN", "--data-parallel", "ddp", "--no-trace", "-o", "OUT"],
-                      ("gan-roots", "dino-both", "gan-late"), False),
+    "f64-ddp-roots": (["whatif", "RUN", "--data-parallel", "ddp", "--no-trace", "-o", "OUT"],  # answered with its held-out range
+                      ("gan-roots", "dino-both", "gan-late"), True),
     "f64-ddp-roots-workers": (["whatif", "RUN", "--data-parallel", "ddp", "--workers", "4", "--no-trace", "-o", "OUT"],
                               ("a2c-roots", "dino-both"), False),
     "f64-fsdp-from-replicate": (["whatif", "RUN", "--data-parallel", "fsdp", "--no-trace", "-o", "OUT"], ("realnvp",), True),
@@ -245,6 +246,24 @@ def make_case(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None
     return (arg, str(t)) if d63._edit_json(t, EDITS[damage]) else None
 
 
+SAME_WORDS = re.compile(r"its unit \d+ is (.+), rank \d+'s \1: ")
+
+
+def problem_named(row: dict) -> dict:
+    """A refusal that names the file but describes the rank's unit and rank 0's in the same words (the difference, a root
+    id, unnamed) judged bad: ``same-words``; the model check's refusal of an undamaged input's what-if good; an answer to a
+    flag ``FLAGS`` takes as a valid what-if good (a sweep's rows are judged when run: the table may have changed since)."""
+    if row["class"] == "refused" and SAME_WORDS.search(row["stderr"]):
+        return row | {"class": "same-words", "verdict": "bad"}
+    if row["class"] == "silent" and FLAGS.get(row["damage"], ((), (), False))[2]:
+        return row | {"class": "accepted", "verdict": "good"}  # a what-if this file's flags take as valid
+    if row["damage"] == "root0-dropped" and row["class"] == "silent" and row["number"] == row["clean"]:
+        return row | {"class": "unread", "verdict": "good"}  # an absent root id reads as 0: the file says what it said
+    if row["damage"] == "clean" and row["class"] == "refused-model":
+        return row | {"verdict": "good"}  # the model check's refusal of an undamaged what-if (dino-both's +2.1 %)
+    return row
+
+
 def register() -> None:
     """This file's features and flags added to ``damage_63``'s tables (its judge and commands read them)."""
     d63.FEATURE.update(FEATURE)
@@ -263,7 +282,7 @@ def main() -> int:
     a = ap.parse_args()
     register()
     if a.compare:
-        d63.compare(*(json.loads(Path(p).read_text()) for p in a.compare))
+        d63.compare(*([problem_named(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
         return 0
     os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
     sys.path.insert(0, a.src)
@@ -272,7 +291,7 @@ def main() -> int:
     kinds = [k for k in [*KINDS, *d63.KINDS] if k.name in names]
     if STACK in names:
         kinds.append(_with_stack(Path(a.out)))
-    rows = d63.sweep(kinds, a.damages.split(","), Path(a.out), a.timeout, a.json_out, make=make_case)
+    rows = [problem_named(r) for r in d63.sweep(kinds, a.damages.split(","), Path(a.out), a.timeout, a.json_out, make=make_case)]
     counts = {c: sum(r["class"] == c for r in rows) for c in sorted({r["class"] for r in rows})}
     print(f"{len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}: {counts}")
     return 0
