@@ -40,3 +40,4 @@ def test_a_unit_whose_root_differs_on_one_rank_names_the_field(tmp_path, capsys)
     edit_json(run / "rank1.json", damage)
     line = _refused(capsys, "analyze", "--json", run)
     assert f"{run / 'rank1.json'}: its unit 4 (FSDPTower1) has root 6, rank 0's 1: every rank of an FSDP job" in line, line
+
