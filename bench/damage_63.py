@@ -361,14 +361,16 @@ def said(so: str, se: str) -> list[str]:
     return sorted({re.sub(r"/\S*/", "", x)[:300] for x in lines})
 
 
-def sweep(kinds: list[di.Kind], damages: list[str], root: Path, timeout: float, json_out: str | None) -> list[dict]:
-    """Every command on each damage of each kind; a warning the undamaged input gives too is no warning of the damage."""
+def sweep(kinds: list[di.Kind], damages: list[str], root: Path, timeout: float, json_out: str | None,
+          make=make_case) -> list[dict]:
+    """Every command on each damage of each kind; a warning the undamaged input gives too is no warning of the damage.
+    ``make``: the damaged copy's maker (``damage_64`` passes its own, which falls back to this file's)."""
     rows: list[dict] = []
     for kind in kinds:
         clean: dict[int, float | None] = {}
         clean_said: dict[int, list[str]] = {}
         for damage in ["clean", *damages]:
-            made = make_case(kind, damage, root)
+            made = make(kind, damage, root)
             if made is None:
                 continue
             arg, damaged = made

@@ -71,6 +71,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         if f is not None:
             docs.append((rpath, f))
     _check_unique(docs, folder)
+    _check_same_wrapper(docs, folder)
     _check_even_windows(docs, folder)
     if not docs:
         raise DagprofError(f"no rank completed a profiled step ({describe(gaps, world)})", folder)
@@ -181,6 +182,17 @@ def _check_even_windows(docs: list[tuple[str, RankFile]], folder: str) -> None:
     raise DagprofError(f"ranks trained different numbers of steps ({counts}): uneven inputs (DDP's Join shadows the steps a "
                        f"rank runs alone), and the profiled window reaches past the shortest rank's last step {short - 1}: "
                        f"profile steps every rank trains (--steps {max(short - 5, 0)}:{short})", folder)
+
+
+def _check_same_wrapper(docs: list[tuple[str, RankFile]], folder: str) -> None:
+    """Every DDP rank of a job wraps its model alike: a rank whose file says another API built its DDP (``ddp_api``) is
+    another job's file or a damaged one, which the graph would label and ``optimize`` would answer as rank 0's."""
+    ddp = [(path, f) for path, f in docs if f.ddp]
+    for path, f in ddp[1:]:
+        first, f0 = ddp[0]
+        if f.ddp_api != f0.ddp_api:
+            raise DagprofError(f"its DDP was built by {f.ddp_wrapper}, {os.path.relpath(first, folder)}'s by {f0.ddp_wrapper} "
+                               "(ddp_api): every rank of a job wraps its model alike (another job's or a damaged file)", path)
 
 
 def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:

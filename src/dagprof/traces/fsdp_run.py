@@ -369,7 +369,7 @@ def check_same_units(ranks: list[RankTrace], folder: str) -> None:
         got = [msgspec.structs.replace(u, shard_bytes=0) for u in t.meta.fsdp.units]
         if got != want:
             i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            what = (f"its unit {i} is {_unit_text(got[i])}, rank {first.rank}'s {_unit_text(want[i])}" if i < min(len(got), len(want))
+            what = (_unit_differs(i, got[i], want[i], first.rank) if i < min(len(got), len(want))
                     else f"it has {len(got)} FSDP units, rank {first.rank} {len(want)}")
             peers = {int(r) for c in first.meta.fsdp.collectives for r in c.group.split(",")}
             if peers and t.rank not in peers:  # a pipeline stage's own model (torch.distributed.pipelining beside FSDP)
@@ -379,6 +379,14 @@ def check_same_units(ranks: list[RankTrace], folder: str) -> None:
                                    "read, with FSDP's collectives labelled per mesh dimension", t.source)
             raise DagprofError(f"{what}: every rank of an FSDP job wraps the same units (another job's or a damaged file; "
                                f"compared with {os.path.relpath(first.source, folder)})", t.source)
+
+
+def _unit_differs(i: int, got, want, rank: int) -> str:
+    """How unit ``i`` differs from rank ``rank``'s: the units, or the first field apart where those read alike (its root)."""
+    if _unit_text(got) != _unit_text(want):
+        return f"its unit {i} is {_unit_text(got)}, rank {rank}'s {_unit_text(want)}"
+    field = next(f for f in got.__struct_fields__ if getattr(got, f) != getattr(want, f))
+    return f"its unit {i} ({got.name}) has {field} {getattr(got, field)!r}, rank {rank}'s {getattr(want, field)!r}"
 
 
 def _unit_text(u) -> str:

@@ -333,6 +333,11 @@ class RankFile(msgspec.Struct, kw_only=True):
     # (step, CPU ns, run-queue wait ns, runs) of the process's other threads together (gloo's, Kineto's) beside them ([]: older files)
     other_threads_ns: list[tuple[Count, Count, Count, Count]] = []
 
+    @property
+    def ddp_wrapper(self) -> str:
+        """What built this rank's DDP, in words (refusals name it)."""
+        return "the composable replicate()" if self.ddp_api == REPLICATE_API else "DistributedDataParallel"
+
 
 class StepPart(msgspec.Struct, kw_only=True):
     """One line of ``rank<R>.steps/steps.jsonl``: what one completed step of the window added to the rank's ``RankFile``."""
