@@ -7,6 +7,8 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
     backward op of key k's layer  -> issue(key k)   (the engine pushes a gradient once it is ready:
                                                      without ``waitall`` before ``trainer.step`` the
                                                      pushes overlap the rest of the backward pass)
+    QuantizeCPU of key k          -> issue(key k)   (2-bit compression: the push sends the quantized
+                                                     gradient; ``_quantize_of_keys``)
     issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
     done(worker, step) -> the first op that started after both the first push and the last backward
