@@ -9,7 +9,7 @@ import pytest
 from testdata import DATA, copy_fixture, edit_json, load_refused
 
 from dagprof.cli.cmd_analyze import to_text
-from dagprof.graph.build_ps import DONE, KEY_IN
+from dagprof.graph.build_ps import DONE, ISSUE, KEY_IN, build_ps_graph
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
@@ -101,3 +101,17 @@ def test_ops_beside_separate_pulls_wait_for_the_pull_they_followed():
     waits = [{g.node_name(u) for u in src[g.succ == v] if g.step[u] == g.step[v]} for v in early]  # its own step's exchange
     assert not [w for w in waits if DONE in w]
     assert sum(KEY_IN in w for w in waits) >= 2 * len(g.meta.steps)  # an op beside the pulls on every worker and step
+
+
+def test_a_compressed_push_waits_for_its_gradient_s_quantizing():
+    """A worker quantizes each gradient (``QuantizeCPU``, on its engine) before it pushes the packed words: on both 2-bit
+    fixtures every push's issue waits for a quantize node, every quantize node feeds an issue, and no issue is placed
+    before the end of a quantize it waits for."""
+    for run in (BOW, RESNET):
+        g = build_ps_graph(load(str(run)))
+        src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+        issues = np.flatnonzero(g.name == g.names.index(ISSUE))
+        quantize = np.isin(g.name, [i for i, n in enumerate(g.names) if n.endswith(mxnet.QUANTIZE)])
+        fed = [src[(g.succ == v) & quantize[src]] for v in issues]  # its own, and the op before the first push may be one
+        assert all(len(q) for q in fed) and len(set(np.concatenate(fed).tolist())) == len(issues) == int(quantize.sum())
+        assert all(g.order[v] >= g.order[u] + g.dur[u] - 1e-6 for v, q in zip(issues, fed) for u in q)

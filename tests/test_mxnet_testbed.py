@@ -156,6 +156,16 @@ def test_four_workers_share_the_burst_allowance_their_port_gave_two():
     assert out["scenarios"][0].predicted_iter_ms == pytest.approx(job_iteration_us(h, replay(h)) / 1e3, rel=1e-3)
 
 
+def test_a_fit_a_little_below_the_wire_is_the_wire():
+    """A fit within the scatter of a wire's fits below it (a fresh 2-bit bag-of-n-grams: 470 Mbit/s at a 500 Mbit/s tbf,
+    fits over 463-534 in 6 rounds) is the wire, scaled by the rate ratio as a faster one is; a fit far below it (the 2-bit
+    ResNet's 190) is a limit a faster rate keeps and a slower one hides."""
+    wire = 500e6 / 8
+    assert ps_bandwidth(470e6 / 8, wire, 1e9 / 8) == pytest.approx(1e9 / 8 * 470 / 500)
+    assert ps_bandwidth(470e6 / 8, wire, 200e6 / 8) == pytest.approx(200e6 / 8 * 470 / 500)
+    assert ps_bandwidth(190e6 / 8, wire, 1e9 / 8) == 190e6 / 8 and ps_bandwidth(190e6 / 8, wire, 100e6 / 8) == 100e6 / 8
+
+
 def test_two_trees_predictions_of_the_kept_rounds_join_by_round_and_cell():
     """bench/mx_before_after.py: each tree's rows (in any order) land beside the measurement of the same round and cell."""
     from mx_before_after import table

@@ -7,6 +7,8 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
     backward op of key k's layer  -> issue(key k)   (the engine pushes a gradient once it is ready:
                                                      without ``waitall`` before ``trainer.step`` the
                                                      pushes overlap the rest of the backward pass)
+    QuantizeCPU of key k          -> issue(key k)   (2-bit compression: the push sends the quantized
+                                                     gradient; ``_quantize_of_keys``)
     issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
     done(worker, step) -> the first op that started after both the first push and the last backward
@@ -51,7 +53,7 @@ from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import CommKind, CommRole, Kind, LaneKind, RankTrace, Run
 from ..traces.meta import PsKey, PsRecord, RowPull
-from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
+from ..traces.mxnet import PS_INDEX_BYTES, QUANTIZE, pslite_bytes
 from .build import chosen_steps, host_cpus, loop_steps, measured_iter_us, pinned_groups
 from .collectives import add_ps_part, add_ps_pull, ps_devices
 from .dag import DeviceKind, Graph, GraphBuilder
@@ -186,9 +188,10 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             sends = mine[kinds != CommKind.PULL]
             segment = _segment_of_keys(run.meta.ps.keys, grads, t.layers, [node_of[i] for i in backward if ev.layer[i] < 0],
                                        base + ev.start[sends], mend)
+            quantized = _quantized(t, np.flatnonzero(at_step), node_of, mstart)
             # what the pushes wait for (and what ran before it on its thread) never waits for the pulls, even an op of no
             # duration that began within the 1 us tolerance after the first push (else the graph has a cycle)
-            feeds = {ready, *grads.values(), *segment.values()}
+            feeds = {ready, *grads.values(), *segment.values(), *quantized}
             later = [lane[max((j + 1 for j, (_, _, v) in enumerate(lane) if v in feeds), default=0):] for lane in lane_chains]
             heads = [min((v for s, e, v in lane if s >= after - 1.0), key=lambda v: mstart[v], default=None) for lane in later]
             head = heads[lane_chains.index(main_chain)]
@@ -204,25 +207,25 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             # every key's at once, and the pushes are none of the ends the worker's ops wait for)
             answers = mine[kinds == CommKind.PULL] if split else mine
             arrived = base + ev.start[answers] + ev.dur[answers]
-            exchanges.append((step, r, ready, grads | segment, sorted(set(head)), issued, first, last,
+            exchanges.append((step, r, ready, grads | segment, quantized, sorted(set(head)), issued, first, last,
                               arrived if split else base + ev.start[answers], arrived))
     keys = ps.keys
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
     key_in: dict[tuple[int, int, int], int] = {}
     floating: set[int] = set()  # ops that wait for one key's pull: off their thread's chain (``_thread_edges``)
-    for step, r, ready, grads, head, issued, first, last, push_starts, pull_ends in exchanges:
+    for step, r, ready, grads, quantized, head, issued, first, last, push_starts, pull_ends in exchanges:
         t0 = mend[ready]
         spans.append((int(step), int(r), float(last - first)))
         calls = np.maximum(issued[: len(keys)] - t0, 0.0)
         if len(calls) < len(keys):
             calls = np.concatenate([calls, np.full(len(keys) - len(calls), calls[-1] if len(calls) else 0.0)])
-        ready_at = []
-        for k, off in zip(keys, np.maximum.accumulate(calls)):
-            grad = grads.get(k.layer)
-            at = max(t0 + off, mend[grad] if grad is not None else -np.inf)
+        ready_at = [max(t0 + off, mend[grads[k.layer]] if k.layer in grads else -np.inf) for k, off in zip(keys, np.maximum.accumulate(calls))]
+        quantize = _quantize_of_keys(ready_at, keys, quantized)
+        for i, k in enumerate(keys):
+            grad, q = grads.get(k.layer), quantize.get(i)
+            at = max(ready_at[i], mend[q]) if q is not None else ready_at[i]
             v = node(ISSUE, Kind.COMM_ENQUEUE, at, at, rank=r, step=step, bucket=k.key)
-            edges += [(ready, v)] + ([(grad, v)] if grad is not None else [])
-            ready_at.append(at)
+            edges += [(ready, v)] + [(u, v) for u in (grad, q) if u is not None]
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
         for h, wait in zip(head, _key_waits(keys, ready_at, push_starts, pull_ends, [mstart[h] for h in head], last)):
             if wait is None:
@@ -382,6 +385,26 @@ def _key_waits(keys: list[PsKey], ready_at: list[float], push_starts: np.ndarray
         else:
             out.append((-1, 0.0) if k is None else (k.key, float(pull_ends[p])))
     return out
+
+
+def _quantized(t: RankTrace, at_step: np.ndarray, node_of: dict, mstart: list[float]) -> list[int]:
+    """A worker's ``QuantizeCPU`` nodes in a step (``traces.mxnet.QUANTIZE``: a 2-bit compressed gradient), in start order."""
+    ev = t.events
+    mine = [node_of[int(i)] for i in at_step if int(i) in node_of and ev.name_of(i) == QUANTIZE]
+    return sorted(mine, key=lambda v: mstart[v])
+
+
+def _quantize_of_keys(ready_at: list[float], keys: list[PsKey], quantized: list[int]) -> dict[int, int]:
+    """Key index -> the ``QuantizeCPU`` node its compressed push waits for: MXNet quantizes a key's gradient into its
+    compressed buffer on the engine once the gradient is ready, and pushes that buffer (``KVStoreDist::PushCompressed``).
+    mx.profiler names no key: the engine quantizes in the order the gradients became ready (ties in key order, the
+    trainer's priority), as it pushes (``_key_waits``), so the i-th quantize to start is the i-th key by ``ready_at``.
+    {} where the step's quantize count is not the dense key count (an uncompressed job: none)."""
+    dense = [i for i, k in enumerate(keys) if not k.row_bytes]
+    if len(quantized) != len(dense):
+        return {}
+    by_ready = sorted(dense, key=lambda i: (ready_at[i], keys[i].key))
+    return dict(zip(by_ready, quantized))
 
 
 def _segment_of_keys(keys, grads: dict, layers: list[str], segments: list[int], push_starts: np.ndarray, mend: list[float]) -> dict:
