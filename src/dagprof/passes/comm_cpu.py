@@ -55,11 +55,10 @@ class Placement(Enum):
 
     JOIN (torch FSDP on gloo): from the collective's join (every rank's enqueue), and the rest of the transfer (less the most
     of its ranks' CPU, which it held as profiled) waits for every rank's node: the ring moves no faster than its ranks'
-    gloo threads get a core. Capped at the transfer (what a call's threads ran beyond it, a small call's fixed part priced
-    per byte, was not in it); queued just after the rank's enqueue in program order. FSDP's calls block the training
-    thread, small and many (tiedlm: 20 a step, 1.4 ms at 4 ranks); a DDP bucket's all-reduce moves its CPU beside the
-    wire (the DDP testbed's kept 4-rank 25 MB cells, 1 Gbit/s, went +0.0 -> +5.8 and +5.3 -> +10.4 % with it), so DDP
-    has no budget.
+    gloo threads get a core (``gloo_budget`` caps it at the transfer where the ranks fit the cores); queued just after the
+    rank's enqueue in program order. FSDP's calls block the training thread, small and many (tiedlm: 20 a step, 1.4 ms at
+    4 ranks); a DDP bucket's all-reduce moves its CPU beside the wire (the DDP testbed's kept 4-rank 25 MB cells, 1 Gbit/s,
+    went +0.0 -> +5.8 and +5.3 -> +10.4 % with it), so DDP has no budget.
 
     ISSUE (TF/JAX): after the rank's issue of the collective and before the rank's consumers of it, beside its wire: on
     free cores it runs within the transfer, on busy ones the consumers wait for a core. These threads are not the ring's
@@ -95,13 +94,12 @@ def queue_comm_cpu(g: Graph, budget: CpuBudget | None, host_device: np.ndarray, 
     comm, at = budget.comm, budget.anchor
     rank = g.rank[at]
     join = budget.placement is Placement.JOIN
-    cpu_us = np.minimum(budget.cpu_us, g.dur[comm]) if join else budget.cpu_us
     b, _ = GraphBuilder.from_graph(out)
     name = np.array([b.intern(f"rank{int(r)}.{budget.label} {g.node_name(int(c))}") for r, c in zip(rank.tolist(), comm.tolist())], np.int32)
-    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(budget.kind)), rank=rank, device=host_device[rank], dur=cpu_us,
+    cpu = b.add_nodes(name=name, kind=np.full(len(comm), int(budget.kind)), rank=rank, device=host_device[rank], dur=budget.cpu_us,
                       order=_issued(g, comm, at) if join else g.order[at], step=g.step[at], layer=g.layer[at])
     if join:
-        _join(b, g, comm, cpu, cpu_us, budget.label, budget.wait_us, rank)
+        _join(b, g, comm, cpu, budget.cpu_us, budget.label, budget.wait_us, rank)
     else:
         b.add_edges(at, cpu)
         mine = [[int(v) for v in g.succ[g.indptr[c]:g.indptr[c + 1]] if g.rank[v] == g.rank[p]] for c, p in zip(comm.tolist(), at.tolist())]
@@ -277,7 +275,14 @@ def gloo_budget(g: Graph, beyond_cores: bool = False) -> CpuBudget | None:
     threads waited a wake-up (``GlooWake``). A rank's extra ring steps a step (its collectives' here less its profiled
     rank's) times the wake-ups a ring step are shared over its rows by their ring steps (``--workers`` from 2 to 4: two
     thirds of each call's; an HSDP mesh's new replica all-reduces spread over every call). Where the cores suffice, or the
-    profile did not record its other threads, none."""
+    profile did not record its other threads, none.
+
+    Each row's CPU is capped at its collective's transfer where the ranks fit the cores: what a call's threads ran beyond
+    it (a small call's fixed part, priced per byte) was not in it, and the rank's own core ran it beside its other work.
+    Beyond the cores it is not capped: a rank's gloo CPU, wherever in the step it ran, holds a core the other ranks wait
+    for. On two-root FSDP2 jobs (a GAN, an actor-critic: 24-35 small collectives a step) the cap kept 12 of a rank's 37 ms
+    a step of priced gloo CPU on the cores at 4 ranks (the rest ran in the profile's exit lags, which ``share_cores``
+    moves off the cores), and ``--workers 4 --cores 2`` came out 23.9 % short (median of 18 kept cells)."""
     if not is_fsdp_graph(g) or (price := comm_cpu(g)) is None:  # off FSDP first: the price walks every collective
         return None
     sent = _sent(g)
@@ -291,8 +296,9 @@ def gloo_budget(g: Graph, beyond_cores: bool = False) -> CpuBudget | None:
         wait = sent.ring_steps * extra * np.array([w.runs_per_ring_step * w.wait_us_per_run for w in wake])
     # a copy's kind (Horovod's copies on its background thread alike): the collective's own sends and sums, not compute
     # that collectives slow (``passes.overlap``)
+    cpu_us = sent.nbytes * np.array([price.us_per_byte[p] for p in of.tolist()])
     return CpuBudget(Placement.JOIN, "gloo cpu", Kind.MEMCPY, sent.comm, sent.wait,
-                     sent.nbytes * np.array([price.us_per_byte[p] for p in of.tolist()]), wait)
+                     cpu_us if beyond_cores else np.minimum(cpu_us, g.dur[sent.comm]), wait)
 
 
 # --- TF/JAX: each rank's recorded process CPU off its lanes, per step
