@@ -92,7 +92,7 @@ def refuse_degree(g: Graph, dim: Dim, degree: int, flag: str) -> None:
     sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks} | inside) if par is not None else []
     present = par is not None and (any(dim.text in x.dims for x in par.groups) or bool(inside))
     # a dagprof run of a hybrid job records its data-parallel collectives only: the replica's other dimensions are unseen
-    unseen = par is not None and not present and par.dims <= {Dim.DP} and 0 < par.dp_size < par.world_size and not par.dp_mesh
+    unseen = par is not None and not present and par.mesh_dims <= {Dim.DP} and 0 < par.dp_size < par.world_size and not par.dp_mesh
     if sizes == [degree] or (not present and not unseen and degree == 1):
         return
     profiled = ("/".join(map(str, sizes)) if sizes else f"not recorded: the trace does not say which ranks its {dim.text} groups hold"
@@ -131,7 +131,7 @@ def data_parallel_degree(g: Graph, workers: int) -> int:
         raise DagprofError(f"--workers is not modelled here: the trace has no data-parallel collective ({par.describe()}), so "
                            "more workers would add a data-parallel dimension it does not show")
     for grp in par.groups:
-        other = [d for d in grp.dims if d != Dim.DP.text]
+        other = [d for d in grp.dims if d not in (Dim.DP.text, Dim.JOB.text)]  # the job's own: kept as profiled (``passes.comm.job_comm``)
         if other and not grp.ranks and dp >= n0:  # no smaller data-parallel groups say what one replica is
             raise DagprofError(f"--workers is not modelled here: the trace does not say which ranks the {'/'.join(other)} collectives "
                                f"of group {grp.name} span ({par.describe()}), so how they change with more workers is not known")
