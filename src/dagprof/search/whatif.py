@@ -37,7 +37,7 @@ from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
 from ..passes.overlap import core_bound_slowdown
 from ..passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, scale_host_work
-from ..passes.workers import replica_ranks, shared_port_note
+from ..passes.workers import in_pass_gathers_note, replica_ranks, shared_port_note
 from ..passes.zero import even_share_note
 from ..progress import progress
 from ..replay import ReplayResult
@@ -250,7 +250,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _conversion_notes(g0, scenarios, cluster)
                      + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
-                     + _job_own_notes(g0, scenarios)
+                     + _job_own_notes(g0, scenarios) + _in_pass_gathers_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0, foreign) + _overlap_notes(cluster)
                      + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster) + _gloo_cpu_notes(g0, cluster)
@@ -489,6 +489,11 @@ def _server_cores_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     most = max((s.scheme.servers for s in scenarios if s.scheme is not None and s.scheme.scheme is Scheme.PS), default=0)
     note = server_cores_note(g, most) if is_ps_graph(g) else None
     return [note] if note else []
+
+
+def _in_pass_gathers_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """Worker what-ifs of a job whose own all-gathers ran within its passes: kept at the profiled size (``in_pass_gathers_note``)."""
+    return [note for w in sorted({s.workers for s in scenarios if s.workers is not None}) if (note := in_pass_gathers_note(g, w))]
 
 
 def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
