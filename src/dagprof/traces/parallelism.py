@@ -474,7 +474,7 @@ def _label_rank(trace: RankTrace) -> _Labels:
     why = [""] * n
     out = _Labels(trace, inst, dims, why, [None] * n)
     if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives, and what Kineto adds on the main thread
-        why = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == CommKind.ALL_TO_ALL else "recorded by a data-parallel collector"
+        why[:] = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == CommKind.ALL_TO_ALL else "recorded by a data-parallel collector"
                for c in inst.coll]
         dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == CommKind.ALL_TO_ALL else Dim.DP for c in inst.coll]
         _resharding(trace, inst, dims, why)
