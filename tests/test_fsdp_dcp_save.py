@@ -100,6 +100,23 @@ def test_a_loss_gather_is_said_inside_the_passes():
     assert "DCP" not in said[0] and "evaluation" not in said[0] and "outside them" not in said[0]
 
 
+def test_worker_what_ifs_say_the_in_pass_gathers_they_keep_at_the_profiled_size(opened, capsys):
+    """The dual encoder's in-batch negatives are gathered from every rank (and its loss scores B x (B x W)), so at 8
+    workers they grow 2x; ``--workers 8`` answered at the profiled size without a word. Now counted and said, a lower
+    bound; a DCP save's calls outside the passes are none of them, and the profiled size says nothing."""
+    from dagprof.cli.main import main
+    from dagprof.passes.workers import in_pass_gathers, in_pass_gathers_note
+
+    dual = DATA / "fsdp-fresh" / "dual-negatives"
+    g = open_run(dual).graph
+    assert len(in_pass_gathers(g)) == 40 and len(in_pass_gathers(opened.graph)) == 0  # 2 steps: 4 gathers, 16 scatters each
+    assert in_pass_gathers_note(g, 4) is None
+    assert main(["whatif", str(dual), "--workers", "8", "--no-trace", "--allow-model-error"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--workers 8: 40 collectives of the job's own in the 2 profiled steps ran within the forward and backward passes " \
+        "(job all_gather x8, job all_gather (scatter) x32)" in out and "at the profiled 4 ranks'" in out and "a lower bound" in out
+
+
 def test_damaged_group_refused(tmp_path):
     run = copy_fixture(tmp_path, "fsdp-fresh/unet-dcp")
 

@@ -102,15 +102,45 @@ def test_a_users_own_trace_keeps_the_loss_all_gathers_apart_from_the_gradients(c
         "_AllGatherBackward')" in group.evidence  # what the trace shows around them, not a guess
 
 
-def test_a_dcp_saves_gathers_are_said_by_what_surrounds_them(capsys):
+def test_a_dcp_saves_collectives_are_the_jobs_own_after_the_optimizer_step(capsys):
     """dcp-kineto: a user's own trace of a DDP job saving with DCP twice, once inside a ``record_function("checkpoint")``
-    range, once bare. Its object gathers and scatters stay unknown; they were said "a loss's all-gathers, their backward's
-    scatters" (a user's CRF job): now the range the user named, and plainly that the trace cannot tell where none is."""
-    group = open_run(FRESH / "dcp-kineto").graph.meta.parallel.groups[0]
-    said = [w for w in group.evidence if "no gradient exchange" in w]
-    assert sorted(w.split(" ")[0] for w in said) == ["gather", "gather", "scatter", "scatter"]
-    assert sum("(in the range 'checkpoint')" in w for w in said) == 2
-    assert sum("(no backward op nor named range around it: what issued it the trace cannot tell)" in w for w in said) == 2
-    assert main(["whatif", str(FRESH / "dcp-kineto"), "--bandwidth", "200Mbit", "--allow-model-error", "--no-trace"]) == 0
+    range, once bare, each after ``opt.step()``. Its object gathers and scatters were unknown and its all-gathers and
+    broadcasts "DP" by their group (26 DP of 42), fitted into the link and scaled by ``--workers`` as gradients: now all
+    18 a rank are the job's own (issued after the step's optimizer step), said with the range the user named or plainly
+    that the trace cannot tell; out of the link fit, re-priced by link what-ifs, kept as profiled by worker what-ifs."""
+    from dagprof.passes.comm import job_comm
+    from dagprof.passes.link_fit import priced_comm
+    from dagprof.traces.parallelism import Aside, Dim
+
+    g = open_run(FRESH / "dcp-kineto").graph
+    par = g.meta.parallel
+    group = par.groups[0]
+    assert group.dims == {"DP": 3 * 2, "job-own": 18 * 2}  # 3 gradient all-reduces a rank; 2 saves x 9 collectives a rank
+    assert {(x.why, x.around, x.count) for x in group.no_gradients} == {
+        (Aside.JOB_OWN, "in the range 'checkpoint'", 18),
+        (Aside.JOB_OWN, "no backward op nor named range around it: what issued it the trace cannot tell", 18)}
+    assert not par.hybrid and par.describe() == "DP x2" and not any("loss" in w for w in group.evidence)
+    job = (g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.JOB)
+    assert job.sum() == 18 and not (priced_comm(g) & job).any()  # no gradient traffic in the link fit
+    nodes, ranks = job_comm(g)
+    assert len(nodes) == 18 and set(ranks.tolist()) == {2}  # re-priced by link what-ifs in their 2-rank group
+    assert main(["analyze", str(FRESH / "dcp-kineto")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "exchange no gradients (in the range 'checkpoint'; no backward op nor named range" in out and "loss" not in out
+    assert "job-own 6.0 collectives" in out and "issued after the step's optimizer step" in out
+    assert main(["whatif", str(FRESH / "dcp-kineto"), "--bandwidth", "200Mbit", "--no-trace"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "18 collectives in the 3 profiled steps ran after their step's optimizer step (in the range 'checkpoint'; no " \
+        "backward op nor named range" in out and "link what-ifs re-price the 18 of known size and group" in out
+    assert main(["whatif", str(FRESH / "dcp-kineto"), "--workers", "4", "--no-trace"]) == 0  # refused while they were unknown
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--workers keeps them at their profiled size and time" in out
+
+
+def test_only_what_follows_the_optimizer_step_is_the_jobs_own():
+    """The other vendored user traces keep their labels: CLIP's in-pass gathers stay activations (unknown), and the
+    FSDP x TP job's scalar loss all-reduce after its optimizer step stays in the TP group its description names."""
+    from dagprof.traces.parallelism import Dim
+
+    for path in (FRESH / "clip-kineto", DATA / "tp-fresh" / "fsdp-tp"):
+        g = open_run(path).graph
+        assert not ((g.kind == Kind.COMM) & (g.dim == Dim.JOB)).any() and "job-own" not in g.meta.parallel.describe()

@@ -88,7 +88,8 @@ def parallelism_dict(g: Graph) -> dict | None:
     if par is None:
         return None
     return {"summary": par.describe(), "dp_size": par.dp_size, "notes": par.notes,
-            "groups": [{"name": x.name, "desc": x.desc, "ranks": list(x.ranks), "collectives": x.dims, "evidence": x.evidence}
+            "groups": [{"name": x.name, "desc": x.desc, "ranks": list(x.ranks), "collectives": x.dims, "evidence": x.evidence,
+                        "no_gradients": [{"why": n.why.name.lower(), "around": n.around, "collectives": n.count} for n in x.no_gradients]}
                        for x in par.groups],
             "inside_ops": [{"group": x.group, "dim": x.dim, "collectives": x.count, "ms": x.us / 1e3, "mb": x.nbytes / MB, "sized": x.sized}
                            for x in par.in_op_groups]}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DagprofError
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT, REPLICATE_API, ZeroInfo
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, REPLICATE_API, DdpApi, ZeroInfo
 from ..units import count
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ class GraphMeta:
     loop_steps: LoopSteps | None = None  # the training loop's own step times, profiled or not (dagprof runs; passes.profiler_cost)
     buckets: BucketLayout = ()  # rank 0's DDP buckets (RankTrace.buckets)
     ddp_models: int = 0  # dagprof runs: DDP models rank 0 wrapped (a GAN's two; 0: not recorded)
-    ddp_api: str = ""  # dagprof runs: "replicate" where the DDP is the composable replicate()'s (``ddp_label``)
+    ddp_api: DdpApi = ""  # dagprof runs: "replicate" where the DDP is the composable replicate()'s (``ddp_label``)
     comm_hook: str = ""  # dagprof runs: the job's own DDP comm hook by name ("": DDP's all-reduce); passes.buckets.HALF_HOOKS
     hook_wire: HookWire | None = None  # what that hook put on the wire, rank 0's (varying where ranks differ); None: not recorded
     find_unused: bool = False  # dagprof runs: DDP under find_unused_parameters=True, no static graph: it never rebuilds its buckets

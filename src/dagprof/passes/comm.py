@@ -314,11 +314,23 @@ def activation_comm(g: Graph) -> np.ndarray:
     return np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN) & (g.nbytes > 0))
 
 
+def job_comm(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, their groups' ranks): a user's own Kineto trace's shared collectives of the job's own (``Dim.JOB``: issued
+    after the step's optimizer step, a DCP save's object collectives), sized, in a group whose ranks the trace tells."""
+    par = g.meta.parallel
+    if par is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    nodes = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.JOB) & (g.nbytes > 0))
+    size = {f"group {x.name}": len(x.ranks) for x in par.groups}
+    ranks = np.array([size.get(g.devices[int(d)].name, 0) if d >= 0 else 0 for d in g.device[nodes].tolist()], dtype=np.int64)
+    return nodes[ranks > 0], ranks[ranks > 0]
+
+
 def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, us): the link model's price on ``topo`` of each collective the model ran inside an op whose group is the
     ranks ``topo`` prices, its bytes per rank as the all-reduce that costs the same (``costmodel.topology.per_rank_equivalent_bytes``;
     where one medium carries every rank's traffic, at its share there, ``Topology.one_way_share``):
-    a dagprof run's pieces (``in_op_pieces``) and a user's Kineto trace's shared nodes (``activation_comm``). Under gloo
+    a dagprof run's pieces (``in_op_pieces``) and a user's Kineto trace's shared nodes (``activation_comm``, ``job_comm``). Under gloo
     such a call blocks the thread that issued it, so a link change moves that op's end by the change in its price:
     ``retime_collectives`` takes its price on the graph's link off its time and adds the new one, keeping the rest as
     measured (the wait for the other ranks, which no edge joins in a dagprof run; at the profiled link, the whole time as
@@ -328,6 +340,8 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
     model's bytes and calls would change with it) keeps its measured time."""
     named = [(int(v), int(g.group_size[v])) for v in in_op_pieces(g).tolist()]
     named += [(int(v), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
+    own, ranks = job_comm(g)
+    named += list(zip(own.tolist(), ranks.tolist()))
     backend = g.meta.backend or "gloo"
     sized = [(v, topo.one_way_share(kind, backend) * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, backend),
               latency_saved_us(kind, topo, spec, backend))

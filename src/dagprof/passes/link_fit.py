@@ -78,8 +78,10 @@ def priced_world_size(g: Graph) -> int:
 
 def priced_comm(g: Graph) -> np.ndarray:
     """The shared COMM nodes the link model prices. In a hybrid job only the data-parallel ones: the others
-    (TP, PP, EP/CP, unknown) keep their measured times, since their groups and traffic are not modelled."""
-    mask = (g.kind == Kind.COMM) & (g.rank < 0)
+    (TP, PP, EP/CP, unknown) keep their measured times, since their groups and traffic are not modelled. The job's own
+    (``Dim.JOB``: after its step's optimizer step) are no training traffic to fit the link to or to scale with the
+    workers: ``passes.comm.in_op_prices`` re-prices them for link what-ifs."""
+    mask = (g.kind == Kind.COMM) & (g.rank < 0) & (g.dim != Dim.JOB)
     return mask & (g.dim == Dim.DP) if hybrid(g) else mask
 
 

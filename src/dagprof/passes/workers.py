@@ -18,6 +18,7 @@ data-parallel collective at all, a group that spans data-parallel ranks too) is 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import replace
 
 import msgspec
@@ -92,7 +93,7 @@ def refuse_degree(g: Graph, dim: Dim, degree: int, flag: str) -> None:
     sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks} | inside) if par is not None else []
     present = par is not None and (any(dim.text in x.dims for x in par.groups) or bool(inside))
     # a dagprof run of a hybrid job records its data-parallel collectives only: the replica's other dimensions are unseen
-    unseen = par is not None and not present and par.dims <= {Dim.DP} and 0 < par.dp_size < par.world_size and not par.dp_mesh
+    unseen = par is not None and not present and par.mesh_dims <= {Dim.DP} and 0 < par.dp_size < par.world_size and not par.dp_mesh
     if sizes == [degree] or (not present and not unseen and degree == 1):
         return
     profiled = ("/".join(map(str, sizes)) if sizes else f"not recorded: the trace does not say which ranks its {dim.text} groups hold"
@@ -131,7 +132,7 @@ def data_parallel_degree(g: Graph, workers: int) -> int:
         raise DagprofError(f"--workers is not modelled here: the trace has no data-parallel collective ({par.describe()}), so "
                            "more workers would add a data-parallel dimension it does not show")
     for grp in par.groups:
-        other = [d for d in grp.dims if d != Dim.DP.text]
+        other = [d for d in grp.dims if d not in (Dim.DP.text, Dim.JOB.text)]  # the job's own: kept as profiled (``passes.comm.job_comm``)
         if other and not grp.ranks and dp >= n0:  # no smaller data-parallel groups say what one replica is
             raise DagprofError(f"--workers is not modelled here: the trace does not say which ranks the {'/'.join(other)} collectives "
                                f"of group {grp.name} span ({par.describe()}), so how they change with more workers is not known")
@@ -179,6 +180,44 @@ def shared_port_note(g: Graph, workers: int) -> str | None:
             f"pushes {np.median(spread) / 1e3:.0f} ms apart); TCP serves streams through one port unevenly, so workers fall out of "
             "step, either way from lockstep on the 200 Mbit/s testbed (1 server: 4 mx_mlp.py workers 6 % over the replay, "
             "3 mx_deepfm_workers.py ones 6-9 % under it in one session, within 3 % in another, pushing in while others pulled)")
+
+
+def in_pass_gathers(g: Graph) -> np.ndarray:
+    """The job's own all-gathers of an FSDP run (``CommRole.JOB``, priced as all-gathers: its gathers and scatters too)
+    that every rank issued within its step's forward and backward passes (its first forward to its last backward layer
+    op): a loss's differentiable all_gather of in-batch negatives and its backward's scatters, one per rank. Each moves
+    every rank's rows, so its bytes, its backward's calls and the compute on what it gathered grow with the workers."""
+    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.JOB) & (g.comm_kind == CommKind.ALL_GATHER))
+    passes = np.flatnonzero((g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD))
+    spans = {}  # (rank, step) -> the passes' first start and last end
+    for r, s in {(int(r), int(s)) for r, s in zip(g.rank[passes], g.step[passes])}:
+        mine = passes[(g.rank[passes] == r) & (g.step[passes] == s)]
+        spans[(r, s)] = (float(g.order[mine].min()), float((g.order[mine] + g.dur[mine]).max()))
+    out = []
+    for v in shared.tolist():
+        head = [u for u in g.predecessors(v).tolist() if g.kind[u] == Kind.SYNC]  # the join of every rank's enqueue
+        issued = [u for u in (g.predecessors(head[0]) if head else g.predecessors(v)).tolist() if g.rank[u] >= 0]
+        if issued and all(lo <= g.order[u] <= hi for u in issued for lo, hi in [spans.get((int(g.rank[u]), int(g.step[u])), (1.0, 0.0))]):
+            out.append(v)
+    return np.asarray(out, dtype=np.int64)
+
+
+def in_pass_gathers_note(g: Graph, workers: int) -> str | None:
+    """``--workers`` other than profiled on a job whose own all-gathers ran within its passes (``in_pass_gathers``): their
+    bytes and calls kept as profiled, as is the compute on what they gathered, said with their count. An HSDP dual encoder
+    all-gathered its in-batch negatives over every rank and scored B x (B x W) similarities; ``--workers 8`` of its 4-rank
+    profile answered at the profiled size without a word."""
+    n0 = graph_world_size(g)
+    found = in_pass_gathers(g) if workers != n0 else np.zeros(0, np.int64)
+    if not len(found):
+        return None
+    kinds = Counter(g.node_name(int(v)).rsplit(".", 1)[0] for v in found)
+    bound = "a lower bound on the step" if workers > n0 else "an upper bound on the step"
+    return (f"--workers {workers}: {len(found)} collectives of the job's own in the {len(g.meta.steps)} profiled steps ran within the "
+            f"forward and backward passes ({', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}): each gathers every rank's rows (as "
+            "a loss's differentiable all_gather of in-batch negatives does) or scatters them back, so with the ranks grow their bytes, "
+            f"their backward's scatters (one per rank) and the compute on what they gathered (a loss over every rank's rows); the answer "
+            f"keeps their bytes and calls at the profiled {n0} ranks' and that compute as profiled: {bound}")
 
 
 def _scale_ps_workers(g: Graph, workers: int) -> Graph:

@@ -27,7 +27,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
-from ..passes.comm import activation_comm, current_topology, in_op_prices, own_call_cost
+from ..passes.comm import activation_comm, current_topology, in_op_prices, job_comm, own_call_cost
 from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
 from ..passes.data_parallel import conversion_note, conversion_summary, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
@@ -37,12 +37,12 @@ from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
 from ..passes.overlap import core_bound_slowdown
 from ..passes.profiler_cost import correct_profiler_cost, measure_profiler_cost, scale_host_work
-from ..passes.workers import replica_ranks, shared_port_note
+from ..passes.workers import in_pass_gathers_note, replica_ranks, shared_port_note
 from ..passes.zero import even_share_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..traces.events import Kind
-from ..traces.parallelism import ACTIVATIONS, Dim
+from ..traces.parallelism import Aside, Dim
 from ..traces.run_schema import FSDP2_API
 from ..units import MB, count, figure
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note, roots_note
@@ -250,6 +250,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _conversion_notes(g0, scenarios, cluster)
                      + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
+                     + _job_own_notes(g0, scenarios) + _in_pass_gathers_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0, foreign) + _overlap_notes(cluster)
                      + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster) + _gloo_cpu_notes(g0, cluster)
@@ -490,6 +491,11 @@ def _server_cores_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     return [note] if note else []
 
 
+def _in_pass_gathers_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """Worker what-ifs of a job whose own all-gathers ran within its passes: kept at the profiled size (``in_pass_gathers_note``)."""
+    return [note for w in sorted({s.workers for s in scenarios if s.workers is not None}) if (note := in_pass_gathers_note(g, w))]
+
+
 def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """More parameter-server workers than profiled: their messages share each server's port in lockstep (``shared_port_note``)."""
     note = shared_port_note(g, max(s.workers or 0 for s in scenarios)) if is_ps_graph(g) else None
@@ -608,18 +614,39 @@ def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     acts = activation_comm(g)
     unsized = int(((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN)).sum()) - len(acts)
     # what the trace shows around them (``traces.parallelism._issuer``), not a guess: a DCP save's gathers were once said a loss's
-    seen = sorted({w.split(ACTIVATIONS, 1)[1].strip(" ()") for x in par.groups for w in x.evidence if ACTIVATIONS in w})
+    seen = par.aside(Aside.ACTIVATIONS)
     moved = (f"; the {len(acts)} unknown ones in the data-parallel group that exchange no gradients ({'; '.join(seen)}) are "
              "re-priced by link what-ifs, their price on the profiled link replaced by the new one"
              + (f" ({unsized} more have no recorded size and keep their measured times)" if unsized else "")) if len(acts) else ""
     # a dagprof run sees the data-parallel collectives only: a replica's others (a TP layer's all-reduces, their waits) are
     # inside its layers' op times, which --compute-speed divides (bench/tp_fresh/mixer_dp_tp.py: about a quarter of its step)
-    inside = 0 < par.dp_size < par.world_size and par.dims <= {Dim.DP}  # describe() says the ranks per replica already
+    inside = 0 < par.dp_size < par.world_size and par.mesh_dims <= {Dim.DP}  # describe() says the ranks per replica already
     faster = ("; --compute-speed speeds up the tensor-parallel all-reduces timed inside the ops with them: the gain is an upper "
               "bound") if inside and any(s.compute_speed for s in scenarios) else ""
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
             "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 and not inside else "") + moved + faster
             + _inside_ops_clause(g, scenarios)]
+
+
+def _job_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """What the answers do with the job's own collectives (``Dim.JOB``: issued after the step's optimizer step, a DCP save's
+    object gathers and broadcasts), which ``--workers`` scaled as gradient traffic while they read "DP" from their group:
+    link what-ifs re-price those of known size and group at their profiled size (``passes.comm.job_comm``), worker
+    what-ifs keep them as profiled, since how they grow with more ranks (a save's plans, gathered to one) the trace does
+    not show."""
+    par = g.meta.parallel
+    n = int(((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.JOB)).sum()) if par is not None else 0
+    if not n or not any(_reprices_link(s) for s in scenarios):
+        return []
+    priced = len(job_comm(g)[0])
+    what = ["--workers keeps them at their profiled size and time (how they grow with more ranks, a save's plans gathered to "
+            "one, the trace does not show)"] * any(s.workers is not None for s in scenarios)
+    if any(s.workers is None for s in scenarios if _reprices_link(s)):
+        what.append(f"link what-ifs re-price the {priced} of known size and group at their profiled size"
+                    + (f", the {n - priced} others keep their measured time" if n > priced else ""))
+    return [f"{n} collectives in the {len(g.meta.steps)} profiled steps ran after their step's optimizer step "
+            f"({'; '.join(par.aside(Aside.JOB_OWN))}): the job's own (a checkpoint's, a logger's), no gradients, not in the link fit; "
+            + "; ".join(what)]
 
 
 def _inside_ops_clause(g: Graph, scenarios: list[Scenario]) -> str:

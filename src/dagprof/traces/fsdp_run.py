@@ -31,12 +31,11 @@ from ..errors import DagprofError
 from ..intervals import covered
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
-from .parallelism import in_op_groups
+from .parallelism import OPTIMIZER_STEP, in_op_groups
 from .run_comm import device_ops, exchange_starts, functional_waits, in_op_sizes, own_call_bytes
 from .run_schema import FSDP1_API, FSDP2_API, FSDP_ROOT, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
-OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
 DTENSOR_DISPATCH = "PythonSubclass"  # the profiler's range around a tensor subclass's __torch_dispatch__ (DTensor's ops)
 HOOK_LANE = "fsdp collective (hook span)"
 

@@ -15,7 +15,7 @@ import msgspec
 
 from .comm_kind import CommKind
 from .host_segments import HostSegments
-from .run_schema import FsdpInfo, Manifest, ZeroInfo
+from .run_schema import DdpApi, FsdpInfo, Manifest, ZeroInfo
 
 
 @dataclass(frozen=True)
@@ -405,7 +405,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     mode: str = ""  # api (dagprof.profile) | launcher (dagprof profile -- ...)
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (0: not recorded)
-    ddp_api: str = ""  # "replicate": its DDP is the composable replicate()'s (RankFile.ddp_api); "": DistributedDataParallel
+    ddp_api: DdpApi = ""  # "replicate": its DDP is the composable replicate()'s (RankFile.ddp_api); "": DistributedDataParallel
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
     hook_wire: HookWire | None = None  # what that hook put on the wire (None: DDP's or torch's hooks, or not recorded)
     find_unused: bool = False  # a DDP model with find_unused_parameters=True, no static graph (RankFile.find_unused)

@@ -12,9 +12,12 @@ Evidence per collective, strongest first (the first that tells wins):
    dagprof's data-parallel collectors (TensorFlow, JAX, Horovod, MXNet PS): DP, but the send/recv and all-to-all
    that Kineto adds to a dagprof run (in DDP's group, whose ranks are not theirs) are PP and EP/CP, and those it
    shows only inside other ops (``RankMeta.unseen_collectives``) make a group of unknown ranks;
-3. the collective itself: send/recv is PP; all-to-all is EP/CP (in the forward pass an embedding or
+3. a collective issued after its step's optimizer step (a Kineto trace's ``Optimizer.step#`` range, after the backward
+   pass) exchanges no gradients: the job's own (``Dim.JOB``: a DCP save's object collectives, a logged metric), which link
+   what-ifs re-price at its profiled size and ``--workers`` keeps as profiled, said;
+4. the collective itself: send/recv is PP; all-to-all is EP/CP (in the forward pass an embedding or
    expert exchange, in the backward pass its gradient);
-4. where it sits and its size: an all-reduce or reduce-scatter inside the forward pass of at least
+5. where it sits and its size: an all-reduce or reduce-scatter inside the forward pass of at least
    ``ACTIVATION_MIN_BYTES`` moves activations (TP); one in or after the backward pass with the size of
    one of its group's forward ones is their gradient (TP); any other in or after the backward pass
    reduces gradients (DP); an all-gather in the forward pass of a group that reduce-scatters gradients is
@@ -23,9 +26,9 @@ Evidence per collective, strongest first (the first that tells wins):
    backward) in a group that reduces activations in the forward pass is tensor parallel too: sequence parallelism's
    all-gathers, and the all-reduces of the partial gradients of parameters a TP plan replicates (the optimizer's
    DTensor ops issue them after backward; DDP's gradient buckets are issued by its reducer, never by a DTensor op);
-5. what is left (broadcast, barrier, an all-gather) takes its group's label when its group's other
+6. what is left (broadcast, barrier, an all-gather) takes its group's label when its group's other
    collectives agree on one;
-6. else "unknown".
+7. else "unknown".
 
 Traces that record no group per collective (gloo writes no ``record_param_comms``) put every collective
 in group "0". When the rank's ``pg_config`` names exactly one group of the label position gave, the
@@ -46,6 +49,7 @@ from .events import CommKind, EventTable, Kind, LaneKind, RankTrace, Run
 from .meta import InOpGroup
 
 ACTIVATION_MIN_BYTES = 1024  # a forward all-reduce below this is a loss or metric reduction, not evidence of TP
+OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
 
 
 class Dim(enum.IntEnum):
@@ -56,10 +60,16 @@ class Dim(enum.IntEnum):
     TP = 2
     PP = 3
     EP_CP = 4
+    JOB = 5  # no mesh dimension: the job's own, issued after its step's optimizer step (a checkpoint's, a logger's)
 
     @property
     def text(self) -> str:
-        return {Dim.UNKNOWN: "unknown", Dim.EP_CP: "EP/CP"}.get(self, self.name)
+        return {Dim.UNKNOWN: "unknown", Dim.EP_CP: "EP/CP", Dim.JOB: "job-own"}.get(self, self.name)
+
+    @classmethod
+    def of_text(cls, text: str) -> Dim:
+        """The dimension ``text`` names (``Dim.text``, as ``GroupLabel.dims`` keys it)."""
+        return next(d for d in cls if d.text == text)
 
 
 class Phase(enum.IntEnum):
@@ -86,7 +96,24 @@ _SCATTERING = frozenset({CommKind.SCATTER, CommKind.GATHER})  # rooted exchanges
 _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
 
 
-ACTIVATIONS = "in a data-parallel group, no gradient exchange"  # the reason ``_fill_from_group`` gives such a collective
+class Aside(enum.Enum):
+    """Why a collective of a data-parallel group carries none of its gradients, as the trace shows it (its evidence reads
+    the value): gathered or scattered within the passes (``_fill_from_group``: a loss's in-batch negatives, their backward),
+    or issued after the step's optimizer step, which has already applied them (``_after_update``: a DCP save's object
+    collectives, a logged metric)."""
+
+    ACTIVATIONS = "in a data-parallel group, no gradient exchange"
+    JOB_OWN = "issued after the step's optimizer step: the job's own (a checkpoint's, a logger's), no gradients"
+
+
+@dataclass(frozen=True)
+class NoGradients:
+    """Collectives of one group that exchange no gradients: why, what the trace shows around them (``_issuer``), how many
+    (instances, summed over ranks)."""
+
+    why: Aside
+    around: str
+    count: int
 
 
 def in_op_name(kind: CommKind, ranks: int) -> str:
@@ -177,6 +204,7 @@ class GroupLabel:
     dims: dict[str, int]  # Dim.text -> collectives (instances, summed over ranks) with that label
     nbytes: dict[str, int]  # Dim.text -> payload bytes
     evidence: list[str]  # why, most frequent first
+    no_gradients: tuple[NoGradients, ...] = ()  # of its collectives, those that exchange no gradients, typed
 
 
 @dataclass(frozen=True)
@@ -260,24 +288,33 @@ class Parallelism:
         a loss's all-gather and its backward's scatters, a DCP save's gathers, in a user's own Kineto trace): their group, and so their link, is
         the data-parallel one, which ``passes.comm.in_op_prices`` prices them on."""
         unknown = [g for g in self.groups if Dim.UNKNOWN.text in g.dims]
-        return bool(unknown) and all(g.ranks and tuple(g.ranks) in self.dp_groups and "nothing tells" not in g.evidence
-                                     and any(ACTIVATIONS in w for w in g.evidence) for g in unknown)
+        return bool(unknown) and all(g.ranks and tuple(g.ranks) in self.dp_groups and g.dims[Dim.UNKNOWN.text] == sum(
+            x.count for x in g.no_gradients if x.why is Aside.ACTIVATIONS) for g in unknown)
+
+    def aside(self, why: Aside) -> list[str]:
+        """What the trace shows around the collectives that exchange no gradients for ``why`` (``_issuer``), each once."""
+        return sorted({x.around for g in self.groups for x in g.no_gradients if x.why is why})
 
     @property
     def dims(self) -> set[Dim]:
-        return {Dim[k.replace("/", "_").upper()] if k != "unknown" else Dim.UNKNOWN for g in self.groups for k in g.dims}
+        return {Dim.of_text(k) for g in self.groups for k in g.dims}
+
+    @property
+    def mesh_dims(self) -> set[Dim]:
+        """The mesh dimensions of the collectives: ``dims`` but the job's own (``Dim.JOB``), which no mesh holds."""
+        return self.dims - {Dim.JOB}
 
     @property
     def hybrid(self) -> bool:
         """Other dimensions beside data parallelism: their collectives, or DP groups smaller than the job
         (a dagprof run sees DDP's collectives only; the others are inside the ops that issued them)."""
-        return bool(self.dims - {Dim.DP}) or 0 < self.dp_size < self.world_size
+        return bool(self.mesh_dims - {Dim.DP}) or 0 < self.dp_size < self.world_size
 
     @property
     def dp_mesh(self) -> bool:
         """Data parallelism alone over a 2-D mesh (HSDP: replicate x shard): a rank meets others in two data-parallel
         groups. Every collective is then modelled; ``hybrid`` stays true so each is priced on its group's size."""
-        return self.dims <= {Dim.DP} and len(self.dp_groups) > 1 and any(
+        return self.mesh_dims <= {Dim.DP} and len(self.dp_groups) > 1 and any(
             len({g for g in self.dp_groups if r in g}) > 1 for r in range(self.world_size))
 
     def describe(self) -> str:
@@ -286,13 +323,13 @@ class Parallelism:
             sizes = sorted({len(g) for g in self.dp_groups if 0 in g})
             return f"DP x{self.world_size} on a 2-D mesh (groups of {' and '.join(map(str, sizes))} ranks: HSDP's replicate x shard)"
         parts = []
-        for d in sorted(self.dims):
+        for d in sorted(self.mesh_dims):
             if d is Dim.DP and self.dp_size and any(g.ranks for g in self.groups if Dim.DP.text in g.dims):
                 parts.append(f"DP x{self.dp_size}")
             else:
                 sizes = sorted({len(g.ranks) for g in self.groups if d.text in g.dims and g.ranks})
                 parts.append(d.text + (f" x{'/'.join(map(str, sizes))}" if sizes and d is not Dim.UNKNOWN else ""))
-        if self.dp_size and self.world_size > self.dp_size and self.dims <= {Dim.DP}:
+        if self.dp_size and self.world_size > self.dp_size and self.mesh_dims <= {Dim.DP}:
             inside = sorted({g.dim for g in self.in_op_groups} - {Dim.DP.text})
             parts.append(f"{self.world_size // self.dp_size} ranks per replica (the collectives among them, such as tensor-parallel "
                          "all-reduces, are timed inside the ops that issued them: " + (", ".join(inside) or "not in this breakdown") + ")")
@@ -312,6 +349,7 @@ class _Instances:
     phase: np.ndarray
     bucket: np.ndarray
     dtensor: np.ndarray  # bool: issued by a DTensor op
+    after_update: np.ndarray  # bool: issued after its step's optimizer step (``_after_update``)
 
 
 def _instances(trace: RankTrace) -> _Instances:
@@ -330,6 +368,7 @@ def _instances(trace: RankTrace) -> _Instances:
         nbytes=np.array([int(ev.nbytes[m].max()) for m in members], dtype=np.int64), phase=_phases(trace, first),
         bucket=np.array([int(ev.bucket[m].max()) for m in members], dtype=np.int64),
         dtensor=np.array([bool(inside[m].any()) for m in members], dtype=bool) if members else np.zeros(0, bool),
+        after_update=_after_update(trace, first),
     )
 
 
@@ -367,6 +406,28 @@ def _phases(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
     return phase
 
 
+def _after_update(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
+    """Per row: does it start after its step's optimizer step (``OPTIMIZER_STEP`` ranges on the host) ended, where that
+    step followed the step's backward pass? The optimizer has applied the step's gradients by then, so what the job
+    exchanges next is its own: a DCP save's object gathers and broadcasts read "DP" from the gradients' all-reduce in
+    their group, and ``--workers`` scaled them as gradient traffic. ZeroRedundancyOptimizer's broadcasts run inside
+    its step, FSDP's gathers in the next step's passes: neither is after it."""
+    ev = trace.events
+    out = np.zeros(len(rows), dtype=bool)
+    named = np.array([n.startswith(OPTIMIZER_STEP) for n in ev.names], dtype=bool)
+    cpu = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
+    if not len(rows) or not named.any() or not len(cpu):
+        return out
+    steps = np.flatnonzero(named[ev.name] & cpu[ev.lane])
+    bwd = np.flatnonzero((ev.kind == Kind.BACKWARD) & cpu[ev.lane])
+    for s in np.unique(ev.step[rows]).tolist():
+        u, b = steps[ev.step[steps] == s], bwd[ev.step[bwd] == s]
+        if len(u) and len(b) and (done := float(ev.end[u].max())) > float(ev.end[b].max()):
+            mine = np.flatnonzero(ev.step[rows] == s)
+            out[mine] = ev.start[rows[mine]] >= done
+    return out
+
+
 # ---------------------------------------------------------------- labelling
 def _by_position(inst: _Instances, k: int, forward_sizes: dict[int, set[int]]) -> tuple[Dim, str]:
     c, ph, nb, g = inst.coll[k], Phase(int(inst.phase[k])), int(inst.nbytes[k]), int(inst.group[k])
@@ -387,17 +448,37 @@ def _by_position(inst: _Instances, k: int, forward_sizes: dict[int, set[int]]) -
     return Dim.UNKNOWN, ""
 
 
-def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
+@dataclass(frozen=True, eq=False)
+class _Labels:
+    """One rank's collective instances as labelled: each one's ``Dim``, why (evidence text), and, for those that exchange
+    no gradients, why so and what the trace shows around them (``GroupLabel.no_gradients``)."""
+
+    trace: RankTrace
+    inst: _Instances
+    dims: np.ndarray
+    why: list[str]
+    aside: list[tuple[Aside, str] | None]
+
+    def set_aside(self, k: int, aside: Aside, dim: Dim) -> None:
+        """Instance ``k`` exchanges no gradients for ``aside``, said with what surrounds it; the kind is said of activations
+        (gathered, or scattered back), of the job's own calls not (a DCP save runs five kinds: eight reasons read as noise)."""
+        around = _issuer(self.trace.events, self.inst.rows[k])
+        kind = f"{self.inst.coll[k].label} " if aside is Aside.ACTIVATIONS else ""
+        self.dims[k], self.why[k], self.aside[k] = dim, f"{kind}{aside.value} ({around})", (aside, around)
+
+
+def _label_rank(trace: RankTrace) -> _Labels:
     inst = _instances(trace)
     n = len(inst.coll)
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
+    out = _Labels(trace, inst, dims, why, [None] * n)
     if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives, and what Kineto adds on the main thread
-        why = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == CommKind.ALL_TO_ALL else "recorded by a data-parallel collector"
+        why[:] = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == CommKind.ALL_TO_ALL else "recorded by a data-parallel collector"
                for c in inst.coll]
         dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == CommKind.ALL_TO_ALL else Dim.DP for c in inst.coll]
         _resharding(trace, inst, dims, why)
-        return inst, dims, why
+        return out
     desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
     for k in range(n):
@@ -410,6 +491,9 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
             moved = name in trace.meta.resolved_groups
             dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
             continue
+        if inst.after_update[k] and inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL:
+            out.set_aside(k, Aside.JOB_OWN, Dim.JOB)
+            continue
         if inst.dtensor[k] and int(inst.group[k]) in forward_sizes and inst.bucket[k] < 0:
             dims[k], why[k] = Dim.TP, f"{inst.coll[k].label} issued by a DTensor op in a group that reduces activations"
             continue
@@ -421,7 +505,7 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
             same = (inst.group == g) & (dims == Dim.DP) & _reduce_scatters(trace, inst)
             if same.any():
                 dims[k], why[k] = Dim.DP, "all-gather of a group that reduce-scatters gradients (FSDP/ZeRO)"
-    return inst, dims, why
+    return out
 
 
 def _resharding(trace: RankTrace, inst: _Instances, dims: np.ndarray, why: list[str]) -> None:
@@ -454,26 +538,27 @@ def _reduce_scatters(trace: RankTrace, inst: _Instances) -> np.ndarray:
                      for c, rows in zip(inst.coll, inst.rows)], dtype=bool)
 
 
-def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[str]]]) -> None:
-    """Collectives nothing told take their group's label when the group's labelled ones (all ranks) agree; but data
-    parallelism gathers nothing in the forward pass of a group that does not reduce-scatter (``_label_rank`` labels
-    FSDP's) and scatters nothing: such a collective in a data-parallel group moves the model's activations (a
-    contrastive loss's all-gathered embeddings and their backward, a DCP save's object gathers), so it stays unknown, said
-    with what the trace shows around it (``_issuer``)."""
+def _fill_from_group(labels: list[_Labels]) -> None:
+    """Collectives nothing told take their group's label when the group's labelled ones (all ranks; the job's own aside)
+    agree; but data parallelism gathers nothing in the forward pass of a group that does not reduce-scatter
+    (``_label_rank`` labels FSDP's) and scatters nothing: such a collective in a data-parallel group moves the model's
+    activations (a contrastive loss's all-gathered embeddings and their backward), so it stays unknown, said with what
+    the trace shows around it (``_issuer``)."""
     per_group: dict[str, set[int]] = {}
-    for trace, inst, dims, _ in labels:
-        for k in np.flatnonzero(dims != Dim.UNKNOWN).tolist():
-            if inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL:
-                per_group.setdefault(trace.groups[int(inst.group[k])], set()).add(int(dims[k]))
-    for trace, inst, dims, why in labels:
-        for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
+    for x in labels:
+        for k in np.flatnonzero((x.dims != Dim.UNKNOWN) & (x.dims != Dim.JOB)).tolist():
+            if x.inst.coll[k] not in P2P and x.inst.coll[k] != CommKind.ALL_TO_ALL:
+                per_group.setdefault(x.trace.groups[int(x.inst.group[k])], set()).add(int(x.dims[k]))
+    for x in labels:
+        inst = x.inst
+        for k in np.flatnonzero(x.dims == Dim.UNKNOWN).tolist():
             if inst.coll[k] == CommKind.ALL_TO_ALL:  # XLA's resharding over other devices (``_resharding``): not its lumped group's
                 continue
-            seen = per_group.get(trace.groups[int(inst.group[k])], set())
+            seen = per_group.get(x.trace.groups[int(inst.group[k])], set())
             if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == CommKind.ALL_GATHER and inst.phase[k] == Phase.FORWARD)):
-                why[k] = f"{inst.coll[k].label} {ACTIVATIONS} ({_issuer(trace.events, inst.rows[k])})"
+                x.set_aside(k, Aside.ACTIVATIONS, Dim.UNKNOWN)
             elif len(seen) == 1:
-                dims[k], why[k] = next(iter(seen)), "its group's other collectives"
+                x.dims[k], x.why[k] = next(iter(seen)), "its group's other collectives"
 
 
 def _issuer(ev: EventTable, rows: np.ndarray) -> str:
@@ -496,7 +581,7 @@ def _issuer(ev: EventTable, rows: np.ndarray) -> str:
 def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     """The job's groups and dimensions, and per rank (in ``run.ranks`` order) the ``Dim`` of every event
     (``Dim.UNKNOWN`` for events that are no collective)."""
-    labels = [(t, *_label_rank(t)) for t in run.ranks]
+    labels = [_label_rank(t) for t in run.ranks]
     _fill_from_group(labels)
     per_event = []
     stats: dict[str, dict] = {}
@@ -504,7 +589,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     looped, in_loop = [0, 0], [0, 0]  # ``Parallelism.looped_dp``, ``in_loop_dp``
     paired: Counter = Counter()  # (dim, collective) -> send/recv whose peer the trace tells (align.matching pairs them)
     lone = 0  # send/recv whose peer it does not tell
-    for trace, inst, dims, why in labels:
+    for trace, inst, dims, why, aside in ((x.trace, x.inst, x.dims, x.why, x.aside) for x in labels):
         out = np.zeros(len(trace.events), dtype=np.int8)
         ev = trace.events
         info = trace.meta.collectives
@@ -530,15 +615,18 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
                 name = f"{name} ({_TEXT[int(dims[k])]})"
             st = stats.get(name)
             if st is None:
-                st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()}
+                st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter(), "aside": Counter()}
             st["desc"] = st["desc"] or trace.meta.group_desc.get(name, "")
             st["ranks"] = st["ranks"] or tuple(trace.group_ranks.get(name, ()))
             text = _TEXT[int(dims[k])]
             st["dims"][text] += 1
             st["nbytes"][text] += int(inst.nbytes[k])
             st["why"][why[k] or "nothing tells"] += 1
+            if aside[k] is not None:
+                st["aside"][aside[k]] += 1
         per_event.append(out)
-    groups = [GroupLabel(name, st["desc"], st["ranks"], dict(st["dims"]), dict(st["nbytes"]), [w for w, _ in st["why"].most_common()])
+    groups = [GroupLabel(name, st["desc"], st["ranks"], dict(st["dims"]), dict(st["nbytes"]), [w for w, _ in st["why"].most_common()],
+                         tuple(NoGradients(a, around, n) for (a, around), n in sorted(st["aside"].items(), key=lambda x: (x[0][0].name, x[0][1]))))
               for name, st in stats.items()]
     # the default group's ranks only assumed (no pg_config entry, as gloo or an old trace writes: every collective in "0")
     # while it carries two of DP, TP and PP: those groups are really smaller and the trace does not say how
@@ -725,7 +813,7 @@ def _by_worker_lane(trace: RankTrace, dims: np.ndarray, zero: int) -> np.ndarray
         mine = transfers[ev.lane[transfers] == lane]
         votes: Counter = Counter()  # by bytes: position misreads scalars (a norm, a loss), activations and gradients carry the bytes
         for d, nb in zip(dims[mine].tolist(), ev.nbytes[mine].tolist()):
-            if d != Dim.UNKNOWN:
+            if d not in (Dim.UNKNOWN, Dim.JOB):  # the job's own after the optimizer step: of whichever group it ran in
                 votes[d] += nb + 1
         top = votes.most_common(2)
         if not top or (len(top) > 1 and top[0][1] == top[1][1]):

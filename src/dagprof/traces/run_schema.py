@@ -48,6 +48,7 @@ VERSION = 1
 MIN_VERSION = 1
 MANIFEST = "manifest.json"
 REPLICATE_API = "replicate"  # RankFile.ddp_api of a job whose DDP the composable torch.distributed._composable.replicate() built
+DdpApi = Literal["", "replicate"]  # which API built a run's DDP: REPLICATE_API, or "" (DistributedDataParallel, or an older file)
 
 
 def rank_file(rank: int) -> str:
@@ -284,7 +285,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     ddp: bool = False
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (a GAN's two); 0: not recorded (older files)
-    ddp_api: Literal["", "replicate"] = ""  # REPLICATE_API: the DDP is the composable replicate()'s; "": DistributedDataParallel (or an older file)
+    ddp_api: DdpApi = ""  # REPLICATE_API: the DDP is the composable replicate()'s; "": DistributedDataParallel (or an older file)
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
     # a DDP model with find_unused_parameters=True and no static graph: its reducer all-reduces which parameters got a
     # gradient, inside backward, and never rebuilds its buckets

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
-from ...traces.run_schema import REPLICATE_API, Rec
+from ...traces.run_schema import REPLICATE_API, DdpApi, Rec
 from .exit_gc import hold_group
 from .zero import ZeroOverlap
 
@@ -53,7 +53,7 @@ class DdpBuckets:
         self.layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
         self.cap_mb: float | None = None  # the last DDP model's bucket_cap_mb
         self.models = 0  # DDP models attached (a GAN's generator and discriminator: 2)
-        self.api = ""  # REPLICATE_API where a model's DDP is the composable replicate()'s ("": DistributedDataParallel)
+        self.api: DdpApi = ""  # REPLICATE_API where a model's DDP is the composable replicate()'s ("": DistributedDataParallel)
         self.comm_hook = ""  # the user's own DDP comm hook ("" = DDP's all-reduce)
         # a DDP model with find_unused_parameters=True and no static graph: it all-reduces which parameters got a gradient
         # each step and never rebuilds its buckets (with static_graph=True it does neither after the first step)
