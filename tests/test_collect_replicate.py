@@ -107,16 +107,19 @@ def test_the_api_finds_replicates_ddp_before_its_first_forward(one_rank_group, t
     assert t.layers == ["0", "1", "2"] and sorted(p for b in t.buckets for p in b.params) == ["0.bias", "0.weight", "2.bias", "2.weight"]
 
 
-def test_dagprof_apply_refuses_a_replicated_module_in_one_line():
+def test_dagprof_apply_refuses_a_replicated_module_before_the_process_group_in_one_line():
+    """replicate() itself needs no process group (it builds its DDP at the first forward); ``apply`` builds it at once."""
     import torch.nn as nn
     from torch.distributed._composable import replicate
 
     import dagprof
+    from dagprof.collect.deploy.strategy import Strategy
     from dagprof.errors import DagprofError
 
-    m = replicate(nn.Linear(4, 4))  # no process group needed: replicate() builds its DDP at the first forward
-    with pytest.raises(DagprofError, match=r"dagprof.apply does not configure DDPLinear: its gradients are reduced by the composable replicate\(\)"):
-        dagprof.apply(m, "strategy.json")
+    m = replicate(nn.Linear(4, 4))
+    with pytest.raises(DagprofError, match=r"^dagprof.apply builds the DDP that replicate\(\) runs for DDPLinear, over the default "
+                                           r"process group: call it after torch.distributed.init_process_group$"):
+        dagprof.apply(m, Strategy((("weight", 16), ("bias", 4)), 1))
 
 
 def test_replicate_beside_fully_shard_is_refused_in_one_line(tmp_path, capsys):
@@ -141,7 +144,7 @@ def test_vendored_replicate_recording_replays_and_answers(tmp_path, capsys):
     assert any("--data-parallel fsdp from a replicate() (DDP) profile" in n for n in out["notes"])
     assert main(["optimize", str(run), "--json", "-o", str(tmp_path / "opt"), "--budget", "2"]) == 0
     rec = json.loads(capsys.readouterr().out)["recommendation"]
-    assert rec.startswith("dagprof.apply does not configure this job") or rec.startswith("the defaults of replicate() (DDP) stand")
+    assert rec.startswith("dagprof.apply(replicated_model, ") or rec.startswith("the defaults of replicate() (DDP) stand")
 
 
 def test_a_damaged_ddp_api_is_refused_in_one_line(tmp_path):
