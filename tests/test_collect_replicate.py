@@ -151,3 +151,37 @@ def test_a_damaged_ddp_api_is_refused_in_one_line(tmp_path):
     run = copy_fixture(tmp_path, "replicate/realnvp")
     edit_json(run / "rank0.json", lambda d: d.update(ddp_api="composable"))
     load_refused(run, "rank0.json", "ddp_api")
+
+
+def test_fsdp_based_replicate_is_profiled_as_fsdp2_units_and_only_the_links_what_ifs_answer(tmp_path, capsys):
+    """``replicate/with-fsdp``: torch's ``replicate_with_fsdp`` (FSDP2's units on a 1-D "replicate" mesh, unsharded, each
+    all-reduced after its backward), profiled by the zero-code command. The graph is the job's (replay, the link), but the
+    reader takes a 1-D mesh for the shard degree, so what changes ranks, mesh, units or the wrapper is refused in one line."""
+    run = copy_fixture(tmp_path, "replicate/with-fsdp")
+    t = read_run(str(run)).ranks[0]
+    assert {tuple(u.mesh_dims) for u in t.meta.fsdp.units} == {("replicate",)} and len(t.meta.fsdp.units) == 4
+    assert {c.kind for c in t.meta.fsdp.collectives} == {"all_reduce"}
+    assert main(["replay", str(run), "--json", "-o", str(tmp_path / "replay")]) == 0
+    assert abs(json.loads(capsys.readouterr().out)["error_pct"]) < 0.5
+    assert main(["whatif", str(run), "--json", "--no-trace", "--allow-model-error", "--bandwidth", "100Mbit"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenarios"][0]["predicted_iter_ms"] > 0
+    for args in (["--workers", "4"], ["--mesh", "1x2"], ["--data-parallel", "ddp"], ["--reshard-after-forward", "off"]):
+        assert main(["whatif", str(run), "--no-trace", "--allow-model-error", *args]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"{args[0]}: this job's units are torch's FSDP-based replicate() (replicate_with_fsdp" in err, err
+    assert main(["optimize", str(run), "-o", str(tmp_path / "opt"), "--budget", "2"]) == 2
+    assert "the search of reshard, units and reduce dtype: this job's units are torch's FSDP-based replicate()" in capsys.readouterr().err
+
+
+def test_dagprof_apply_refuses_an_fsdp_based_replicate_in_one_line(one_rank_group):
+    import torch.nn as nn
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    import dagprof
+    from dagprof.collect.deploy.strategy import Strategy
+    from dagprof.errors import DagprofError
+
+    m = replicate(nn.Linear(4, 4))
+    with pytest.raises(DagprofError, match=r"^dagprof.apply needs the DistributedDataParallel-wrapped model \(or one given to "
+                                           r"replicate\(\)\), got ReplicateLinear$"):
+        dagprof.apply(m, Strategy((("weight", 16), ("bias", 4)), 1))

@@ -10,6 +10,8 @@ Habits, as users write them (no other fresh script has this family or these habi
 
     dagprof profile -o runs/ctr -- torchrun --standalone --nproc-per-node 2 bench/replicate_fresh/ctr_small_buckets.py --steps 12
     dagprof optimize runs/ctr --verify -- torchrun --standalone --nproc-per-node 2 bench/replicate_fresh/ctr_small_buckets.py
+    sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:python bench/replicate_fresh/ctr_small_buckets.py --steps 14" \
+        --ranks 2 --link 200Mbit --modes lossless,lossy --rounds 4 --budget 5 --no-extras   # on an emulated 2-host cluster
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed._composable import replicate
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 FIELDS, VOCAB, BAG, DENSE = 12, 2000, 4, 16
 
@@ -63,11 +66,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--ddp", action="store_true", help="the same job under DistributedDataParallel (the bench's control)")
     a = ap.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = replicate(Ranker(), bucket_cap_mb=0.1)
+    model = DDP(Ranker(), bucket_cap_mb=0.1) if a.ddp else replicate(Ranker(), bucket_cap_mb=0.1)
     opt = torch.optim.Adagrad(model.parameters(), lr=0.02)
     gen = torch.Generator().manual_seed(1234 + rank)
     truth = torch.randn(DENSE, generator=torch.Generator().manual_seed(5))
