@@ -107,16 +107,19 @@ def test_the_api_finds_replicates_ddp_before_its_first_forward(one_rank_group, t
     assert t.layers == ["0", "1", "2"] and sorted(p for b in t.buckets for p in b.params) == ["0.bias", "0.weight", "2.bias", "2.weight"]
 
 
-def test_dagprof_apply_refuses_a_replicated_module_in_one_line():
+def test_dagprof_apply_refuses_a_replicated_module_before_the_process_group_in_one_line():
+    """replicate() itself needs no process group (it builds its DDP at the first forward); ``apply`` builds it at once."""
     import torch.nn as nn
     from torch.distributed._composable import replicate
 
     import dagprof
+    from dagprof.collect.deploy.strategy import Strategy
     from dagprof.errors import DagprofError
 
-    m = replicate(nn.Linear(4, 4))  # no process group needed: replicate() builds its DDP at the first forward
-    with pytest.raises(DagprofError, match=r"dagprof.apply does not configure DDPLinear: its gradients are reduced by the composable replicate\(\)"):
-        dagprof.apply(m, "strategy.json")
+    m = replicate(nn.Linear(4, 4))
+    with pytest.raises(DagprofError, match=r"^dagprof.apply builds the DDP that replicate\(\) runs for DDPLinear, over the default "
+                                           r"process group: call it after torch.distributed.init_process_group$"):
+        dagprof.apply(m, Strategy((("weight", 16), ("bias", 4)), 1))
 
 
 def test_replicate_beside_fully_shard_is_refused_in_one_line(tmp_path, capsys):
@@ -141,10 +144,44 @@ def test_vendored_replicate_recording_replays_and_answers(tmp_path, capsys):
     assert any("--data-parallel fsdp from a replicate() (DDP) profile" in n for n in out["notes"])
     assert main(["optimize", str(run), "--json", "-o", str(tmp_path / "opt"), "--budget", "2"]) == 0
     rec = json.loads(capsys.readouterr().out)["recommendation"]
-    assert rec.startswith("dagprof.apply does not configure this job") or rec.startswith("the defaults of replicate() (DDP) stand")
+    assert rec.startswith("dagprof.apply(replicated_model, ") or rec.startswith("the defaults of replicate() (DDP) stand")
 
 
 def test_a_damaged_ddp_api_is_refused_in_one_line(tmp_path):
     run = copy_fixture(tmp_path, "replicate/realnvp")
     edit_json(run / "rank0.json", lambda d: d.update(ddp_api="composable"))
     load_refused(run, "rank0.json", "ddp_api")
+
+
+def test_fsdp_based_replicate_is_profiled_as_fsdp2_units_and_only_the_links_what_ifs_answer(tmp_path, capsys):
+    """``replicate/with-fsdp``: torch's ``replicate_with_fsdp`` (FSDP2's units on a 1-D "replicate" mesh, unsharded, each
+    all-reduced after its backward), profiled by the zero-code command. The graph is the job's (replay, the link), but the
+    reader takes a 1-D mesh for the shard degree, so what changes ranks, mesh, units or the wrapper is refused in one line."""
+    run = copy_fixture(tmp_path, "replicate/with-fsdp")
+    t = read_run(str(run)).ranks[0]
+    assert {tuple(u.mesh_dims) for u in t.meta.fsdp.units} == {("replicate",)} and len(t.meta.fsdp.units) == 4
+    assert {c.kind for c in t.meta.fsdp.collectives} == {"all_reduce"}
+    assert main(["replay", str(run), "--json", "-o", str(tmp_path / "replay")]) == 0
+    assert abs(json.loads(capsys.readouterr().out)["error_pct"]) < 0.5
+    assert main(["whatif", str(run), "--json", "--no-trace", "--allow-model-error", "--bandwidth", "100Mbit"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenarios"][0]["predicted_iter_ms"] > 0
+    for args in (["--workers", "4"], ["--mesh", "1x2"], ["--data-parallel", "ddp"], ["--reshard-after-forward", "off"]):
+        assert main(["whatif", str(run), "--no-trace", "--allow-model-error", *args]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"{args[0]}: this job's units are torch's FSDP-based replicate() (replicate_with_fsdp" in err, err
+    assert main(["optimize", str(run), "-o", str(tmp_path / "opt"), "--budget", "2"]) == 2
+    assert "the search of reshard, units and reduce dtype: this job's units are torch's FSDP-based replicate()" in capsys.readouterr().err
+
+
+def test_dagprof_apply_refuses_an_fsdp_based_replicate_in_one_line(one_rank_group):
+    import torch.nn as nn
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    import dagprof
+    from dagprof.collect.deploy.strategy import Strategy
+    from dagprof.errors import DagprofError
+
+    m = replicate(nn.Linear(4, 4))
+    with pytest.raises(DagprofError, match=r"^dagprof.apply needs the DistributedDataParallel-wrapped model \(or one given to "
+                                           r"replicate\(\)\), got ReplicateLinear$"):
+        dagprof.apply(m, Strategy((("weight", 16), ("bias", 4)), 1))

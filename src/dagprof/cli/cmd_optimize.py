@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..collect.deploy.apply import REPLICATE_NOT_APPLIED
 from ..collect.jobs.verify import ROUNDS
 from ..errors import DagprofError
 from ..progress import bar, shown
@@ -93,17 +92,13 @@ def run(args: argparse.Namespace) -> dict:
         if args.verify and fsdp is not None and fsdp.api != FSDP2_API:
             raise DagprofError(f"--verify applies a strategy to fully_shard (FSDP2) jobs; this is a {fsdp.api} (FSDP1) job, whose "
                                "sharding is set when it is wrapped: apply the plan by hand (see the recommendation without --verify)", args.run)
-        if args.verify and found.profile.graph.meta.ddp_api == REPLICATE_API:
-            raise DagprofError(f"--verify applies a strategy with dagprof.apply, which configures DistributedDataParallel and "
-                               f"fully_shard models; this job's {REPLICATE_NOT_APPLIED}", args.run)
         if args.verify:
             result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds or ROUNDS, args.ranks, args.emulate)
     result = staged.final_path(result)
     fsdp = found.profile.graph.meta.fsdp
     hybrid = fsdp is not None and any(len(u.mesh) == 2 for u in fsdp.units)  # HSDP: (replicate, shard)
-    if found.profile.graph.meta.ddp_api == REPLICATE_API:
-        return result | {"recommendation": f"dagprof.apply does not configure this job: its {REPLICATE_NOT_APPLIED}"}
-    return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api, hybrid)}
+    replicated = found.profile.graph.meta.ddp_api == REPLICATE_API
+    return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api, hybrid, replicated)}
 
 
 def searched(found) -> dict:
@@ -124,9 +119,10 @@ def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | N
         return check_strategy(cmd, found, out, rounds, ranks, on.cluster, say).to_dict()
 
 
-def recommendation(res, path: str, fsdp_api: str | None = None, hybrid: bool = False) -> str:
+def recommendation(res, path: str, fsdp_api: str | None = None, hybrid: bool = False, replicated: bool = False) -> str:
     """``hybrid``: an FSDP1 HYBRID_SHARD job, whose strategies that keep or reshard a unit keep its replicas too (SHARD_GRAD_OP
-    would shard it over every rank: another layout than the one searched)."""
+    would shard it over every rank: another layout than the one searched); ``replicated``: the job's DDP is the composable
+    replicate()'s (``dagprof.apply`` takes the module given to it)."""
     if res.memory_reason:
         return res.memory_reason
     if fsdp_api is not None and fsdp_api != FSDP2_API:  # FSDP1 fixes a unit's sharding when it is wrapped
@@ -135,7 +131,8 @@ def recommendation(res, path: str, fsdp_api: str | None = None, hybrid: bool = F
                 f"for a unit kept gathered after forward, {resharded} for one resharded, MixedPrecision(reduce_dtype=...) for the reduce "
                 "dtype (dagprof.apply configures fully_shard models only)")
     roots = res.strategy().fsdp.roots if res.to_dict().get("fsdp") else 0
-    model = "ddp_model" if not roots else "fsdp_model" if roots == 1 else f"[{', '.join(f'root{k}' for k in range(roots))}]"
+    model = ("replicated_model" if replicated else "ddp_model") if not roots else "fsdp_model" if roots == 1 else \
+        f"[{', '.join(f'root{k}' for k in range(roots))}]"
     each = (f" (each fully_shard root, in the order the job first runs them forward: {', '.join(f'root{k}' for k in range(roots))})"
             if roots > 1 else "")
     return f"dagprof.apply({model}, {path!r}) before training{each}, or verify it: dagprof optimize RUN --verify -- CMD"

@@ -214,6 +214,17 @@ def _post_forward_share(g: Graph, idx: np.ndarray) -> dict[int, float]:
     return out
 
 
+def refuse_replicated_by_fsdp(g: Graph, what: str) -> None:
+    """``what`` (a what-if flag, the search) on a job of torch's FSDP-based ``replicate()`` (``replicate_with_fsdp``): FSDP2's
+    units on its default 1-D mesh named "replicate", unsharded, each all-reduced after its backward. ``units_mesh`` reads a
+    1-D mesh as the shard degree, so what changes the mesh, units or ranks would answer for sharding that never ran: refused.
+    Replay, analysis and the link's what-ifs read it as it ran."""
+    if is_fsdp_graph(g) and any(u.mesh_dims == ["replicate"] for u in g.meta.fsdp.units):
+        raise DagprofError(f"{what}: this job's units are torch's FSDP-based replicate() (replicate_with_fsdp: FSDP2 units on a "
+                           "1-D 'replicate' mesh, each all-reduced after its backward), which only the link's what-ifs answer "
+                           "(--bandwidth, --latency, --link-to)")
+
+
 def mesh_of(g: Graph) -> tuple[int, int]:
     """(replicate, shard) degrees of an FSDP graph (``units_mesh``)."""
     return units_mesh(g.meta.fsdp.units, int(g.meta.world_size or g.world_size))

@@ -40,7 +40,7 @@ from ..analysis import job_iteration_us
 from ..analysis.interval import PredictionInterval, StepStatistic, link_residuals, predict_interval
 from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strategy
 from ..errors import DagprofError
-from ..graph.build_fsdp import refuse_untimed_roots
+from ..graph.build_fsdp import refuse_replicated_by_fsdp, refuse_untimed_roots
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, set_topology
 from ..passes.fsdp import reshard_change, resharded, set_reduce_dtype, set_reshard
@@ -232,6 +232,7 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     there are at most ``exhaustive``."""
     t0 = time.perf_counter()
     refuse_untimed_roots(g, "the search of reshard, units and reduce dtype")
+    refuse_replicated_by_fsdp(g, "the search of reshard, units and reduce dtype")
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)

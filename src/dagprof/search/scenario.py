@@ -18,7 +18,7 @@ import numpy as np
 from ..costmodel.alphabeta import parse_bandwidth, ring_allreduce_us
 from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
-from ..graph.build_fsdp import is_fsdp_graph, refuse_several_roots
+from ..graph.build_fsdp import is_fsdp_graph, refuse_replicated_by_fsdp, refuse_several_roots
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
@@ -31,7 +31,7 @@ from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_r
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
 from ..passes.horovod import set_horovod
-from ..passes.link_fit import priced_comm, priced_world_size
+from ..passes.link_fit import graph_world_size, priced_comm, priced_world_size
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..replay import ReplayResult, replay
 from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
@@ -100,6 +100,8 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.workers is None:
         return g
     refuse_own_ddp_setup(g, "--workers", wire=True)
+    if s.workers != graph_world_size(g):
+        refuse_replicated_by_fsdp(g, "--workers")
     if c.fine and s.workers > 64:
         raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
     if is_fsdp_graph(g):
@@ -452,6 +454,9 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
     return g, replay(g)
 
 
+LINK_AXES = ("bandwidth", "latency_us", "link_to")  # what a replicate_with_fsdp job answers (``refuse_replicated_by_fsdp``)
+
+
 def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:
     """Whether the job's worker count cannot become ``workers`` whatever else a scenario changes: its workers pass refuses
     that alone, on no cluster settings of the user's (a hybrid job whose other groups span its data-parallel ranks, ZeRO
@@ -472,6 +477,9 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Grap
         raise DagprofError(f"--data-parallel {s.data_parallel} makes this DDP job FSDP; {UNMODELLED[asked[0]]} is not modelled for FSDP yet")
     if is_fsdp_graph(g) and s.data_parallel != "ddp":
         refuse_unmodelled(g, asked)
+    changed = [a.flag for a in AXES if getattr(s, a.name) is not None and a.name not in ("workers", *LINK_AXES)]
+    if changed:
+        refuse_replicated_by_fsdp(g, changed[0])
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
         raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
     g = on_link(g, base_topo)

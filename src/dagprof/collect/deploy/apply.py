@@ -1,5 +1,5 @@
-"""``dagprof.apply(ddp_model, strategy)``: deploy a strategy on a DistributedDataParallel model
-(an FSDP strategy on a ``fully_shard``-ed model: ``apply_fsdp``).
+"""``dagprof.apply(ddp_model, strategy)``: deploy a strategy on a DistributedDataParallel model, or on a module given to
+the composable ``replicate()`` (an FSDP strategy on a ``fully_shard``-ed model: ``apply_fsdp``).
 
 Call it after wrapping the model and before the first training step, on every rank:
 
@@ -23,6 +23,11 @@ What it configures:
 - recomputation: ``torch.utils.checkpoint`` (non-reentrant) around the named modules;
 - gradient accumulation: ``plan.micro_batches`` and ``plan.sync(i)``.
 
+replicate() builds its DDP at the module's first forward, over a flat list of the module's parameters; ``apply`` builds it
+at once (as that forward would, with the user's arguments; the comm hooks given to the module are still registered by that
+forward) and configures it as above, naming parameters and modules by the module's paths. Accumulation there goes through
+the module's ``set_requires_gradient_sync`` (its forward resets DDP's own flag, so ``no_sync`` would not hold).
+
 A strategy for another model (other parameter names or sizes), or one no search writes (a bucket
 layout that misses or repeats a parameter, zero pieces or micro-batches), is refused in one line by
 ``validate`` before anything changes. torch is imported here only when ``apply`` runs.
@@ -37,26 +42,21 @@ from typing import Any
 
 from ...errors import DagprofError
 from ...units import MB
-from ..hooks.collector import replicated
+from ..hooks.collector import replicate_ddp, replicated
 from ..hooks.exit_gc import collect_cycles_at_exit
 from .apply_fsdp import apply_fsdp, validate_fsdp
 from .strategy import Strategy, load_strategy
-
-# why ``apply`` leaves a replicate() job alone (said by ``apply`` and by ``dagprof optimize``)
-REPLICATE_NOT_APPLIED = ("gradients are reduced by the composable replicate(), which builds its DDP at the module's first forward "
-                         "over a flat list of its parameters, so a strategy's buckets and modules cannot be named on it: wrap the "
-                         "model in DistributedDataParallel to apply one, or pass its bucket sizes by hand "
-                         "(replicate(model, bucket_cap_mb_list=[...]), the strategy's buckets in MiB)")
 
 
 @dataclass
 class Applied:
     """What ``apply`` did; the training loop asks it how to run accumulation."""
 
-    ddp: Any  # the DDP wrapper, or the fully_shard-ed root module of an FSDP strategy
+    ddp: Any  # the DDP wrapper, the module given to replicate(), or the fully_shard-ed root module of an FSDP strategy
     strategy: Strategy
     source: str | None = None
     restore: list = field(default_factory=list)  # undo what outlives the DDP wrapper (checkpointed forwards)
+    reducer: Any = None  # the DDP that replicate() built for ``ddp`` (None: ``ddp`` is the DDP, or an FSDP model)
 
     @property
     def micro_batches(self) -> int:
@@ -64,9 +64,9 @@ class Applied:
 
     def sync(self, micro_batch: int):
         """Context for micro-batch ``micro_batch`` of a step: ``no_sync`` unless it is the last."""
-        if micro_batch < self.strategy.accumulate - 1:
-            return self.ddp.no_sync()
-        return contextlib.nullcontext()
+        if micro_batch >= self.strategy.accumulate - 1:
+            return contextlib.nullcontext()
+        return self.ddp.no_sync() if self.reducer is None else _gradient_sync_off(self.ddp)
 
     def remove(self) -> None:
         """Undo the changes to the wrapped model itself (to wrap it again another way); the DDP wrapper
@@ -79,7 +79,7 @@ class Applied:
         if self.strategy.buckets is None:
             return None
         try:
-            data = self.ddp._get_ddp_logging_data()
+            data = (self.reducer or self.ddp)._get_ddp_logging_data()
         except Exception:  # noqa: BLE001  (private API: nothing to compare with)
             return None
         got = [int(x) for x in str(data.get("rebuilt_bucket_sizes", "")).replace(" ", "").split(",") if x]
@@ -90,9 +90,9 @@ class Applied:
 
 
 def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
-    """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file); an FSDP
-    strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``), or each of a list of roots
-    (a job of several, in the order it first runs them forward)."""
+    """Configure ``ddp`` (a DistributedDataParallel, or a module given to replicate()) with ``strategy`` (a Strategy or a
+    strategy file); an FSDP strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``), or each
+    of a list of roots (a job of several, in the order it first runs them forward)."""
     from torch.nn.parallel import DistributedDataParallel
 
     source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
@@ -102,29 +102,34 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
             raise DagprofError("dagprof.apply takes a list of modules for an FSDP strategy of several fully_shard roots; this is a DDP "
                                "strategy: pass the DistributedDataParallel-wrapped model", source)
         return _apply_roots(list(ddp), s, source)
-    if replicated(ddp):
-        raise DagprofError(f"dagprof.apply does not configure {type(ddp).__name__}: its {REPLICATE_NOT_APPLIED}", source)
     if s.fsdp is not None:
         return _apply_roots([ddp], s, source)
+    if replicated(ddp) and not _distributed():
+        raise DagprofError(f"dagprof.apply builds the DDP that replicate() runs for {type(ddp).__name__}, over the default process "
+                           "group: call it after torch.distributed.init_process_group", source)
+    model, reducer = ddp, replicate_ddp(ddp)  # replicate()'s DDP, built now as its first forward would (None: not replicate()-d)
+    ddp = reducer if reducer is not None else ddp
     if not isinstance(ddp, DistributedDataParallel):
-        raise DagprofError(f"dagprof.apply needs the DistributedDataParallel-wrapped model, got {type(ddp).__name__}", source)
-    done = _applied_before(ddp, s, source)
+        raise DagprofError(f"dagprof.apply needs the DistributedDataParallel-wrapped model (or one given to replicate()), got "
+                           f"{type(ddp).__name__}", source)
+    done = _applied_before(model, s, source)
     if done is not None:
         return done
-    validate(ddp, s, source)
+    module = model if reducer is not None else ddp.module  # what the strategy's parameter and module names are paths in
+    validate(ddp, s, source, module)
     world = _world_size(ddp)
     if world is not None and world != s.world_size:
         warnings.warn(f"dagprof: the strategy was found for {s.world_size} ranks, this job has {world}; its prediction does not hold here",
                       RuntimeWarning, stacklevel=2)
-    plan = Applied(ddp, s, source)
+    plan = Applied(model, s, source, reducer=reducer)
     if s.buckets is not None or s.grad_as_bucket_view:
-        _rebuild_reducer(ddp, s)
+        _rebuild_reducer(ddp, s, module)
     for path in s.recompute:
-        plan.restore.append(_checkpoint(ddp.module, path))
+        plan.restore.append(_checkpoint(module, path))
     hook = _comm_hook(ddp, s)
     if hook is not None:
         ddp.register_comm_hook(*hook)
-    ddp._dagprof_applied = plan
+    model._dagprof_applied = plan
     collect_cycles_at_exit()  # the plan and the model hold each other; a comm hook makes a late free abort at exit
     return plan
 
@@ -174,8 +179,9 @@ def apply_root(model: Any, strategy: Strategy | str | os.PathLike[str], k: int) 
 MAX_PIECES = 1024  # partition / accumulate beyond this: a typo or a hostile file, never a strategy the search writes
 
 
-def validate(ddp: Any, s: Strategy, source: str | None = None) -> None:
-    """Refuse, in one line, a strategy that does not fit this DDP model, before ``apply`` changes anything.
+def validate(ddp: Any, s: Strategy, source: str | None = None, module: Any = None) -> None:
+    """Refuse, in one line, a strategy that does not fit this DDP model, before ``apply`` changes anything; ``module``: the
+    module the names are paths in (replicate()'s, whose DDP holds a flat list of its parameters; None: ``ddp.module``).
 
     The one place every field is checked: the parameters (names and element counts; -1 = not recorded
     by the profile), the buckets (known parameters, each exactly once, all of them), the counts
@@ -188,7 +194,8 @@ def validate(ddp: Any, s: Strategy, source: str | None = None) -> None:
     def invalid(problem: str) -> None:
         refuse(problem, "invalid strategy")
 
-    here = {n: p.numel() for n, p in ddp.module.named_parameters() if p.requires_grad}
+    module = ddp.module if module is None else module
+    here = {n: p.numel() for n, p in reduced(ddp, module) if p.requires_grad}
     names = [n for n, _ in s.model]
     want = dict(s.model)
     if len(want) != len(names):
@@ -230,16 +237,21 @@ def validate(ddp: Any, s: Strategy, source: str | None = None) -> None:
         if path in s.recompute[:i]:
             invalid(f"module {path!r} is recomputed twice")
         try:
-            ddp.module.get_submodule(path)
+            module.get_submodule(path)
         except AttributeError:
             refuse(f"it recomputes module {path!r}, which this model does not have")
+    if s.compression.codec != "none" or s.partition > 1:
+        pending = _pending_hooks(module)
+        if pending:
+            refuse(f"its comm hook would replace the one given to replicate()'s module ({pending}): apply it without that hook",
+                   "strategy does not fit the job")
     if s.buckets is not None or s.grad_as_bucket_view:
         config = getattr(ddp, "_bucket_config", None)
         if config is None or not hasattr(ddp, "_ddp_init_helper") or not hasattr(type(config), "create"):
             import torch
 
             raise DagprofError(f"custom bucket layouts need DDP's per-bucket limits (torch >= 2.13), this is torch {torch.__version__}", source)
-        problem = _unbuildable(ddp, s) if s.buckets is not None and _never_rebuilt(ddp) else None
+        problem = _unbuildable(ddp, s, module) if s.buckets is not None and _never_rebuilt(ddp) else None
         if problem:
             raise DagprofError("DDP with find_unused_parameters=True never rebuilds its buckets, so a layout must be runs of the parameters "
                                f"against their registration order: {problem}", source)
@@ -252,11 +264,30 @@ def _never_rebuilt(ddp: Any) -> bool:
     return bool(ddp.find_unused_parameters) and not ddp.static_graph
 
 
-def _unbuildable(ddp: Any, s: Strategy) -> str | None:
+def reduced(ddp: Any, module: Any) -> list[tuple[str, Any]]:
+    """(name in ``module``, parameter) of each parameter ``ddp`` reduces, in registration order: all of ``module``'s for a
+    DistributedDataParallel (``module`` is its own), those replicate() put in its flat list (not its ``ignored_modules``')."""
+    if module is ddp.module:
+        return list(module.named_parameters())
+    held = {id(p) for p in ddp.module.parameters()}
+    return [(n, p) for n, p in module.named_parameters() if id(p) in held]
+
+
+def _pending_hooks(module: Any) -> str:
+    """The comm hooks given to a replicate()-d ``module``, which its first forward registers on its DDP ("": none)."""
+    if not replicated(module):
+        return ""
+    from torch.distributed._composable import replicate
+
+    hooks = [args[1] if len(args) > 1 else kwargs.get("hook") for args, kwargs in replicate.state(module)._comm_hook_args]
+    return ", ".join(getattr(h, "__name__", type(h).__name__) for h in hooks)
+
+
+def _unbuildable(ddp: Any, s: Strategy, module: Any) -> str | None:
     """Why DDP cannot build ``s``'s buckets as they stand (``_never_rebuilt``), or None: each bucket must hold the
     parameters registered just before the previous bucket's (the search's order, ``passes.gradients.gradient_order``),
     all of one dtype and device (DDP buckets each apart, with limits of their own)."""
-    params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
+    params = [(n, p) for n, p in reduced(ddp, module) if p.requires_grad]
     kinds = {(p.dtype, p.device) for _, p in params}
     if len(kinds) > 1:
         return f"the parameters have {len(kinds)} dtypes or devices"
@@ -271,6 +302,12 @@ def _unbuildable(ddp: Any, s: Strategy) -> str | None:
     return None
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _world_size(ddp: Any) -> int | None:
     try:
         return int(ddp.process_group.size())
@@ -278,12 +315,12 @@ def _world_size(ddp: Any) -> int | None:
         return None
 
 
-def _rebuild_reducer(ddp: Any, s: Strategy) -> None:
+def _rebuild_reducer(ddp: Any, s: Strategy, module: Any) -> None:
     """Per-bucket limits equal to each bucket's bytes (and gradients as bucket views); the reducer
     rebuilt as DDP's ``__setstate__`` does."""
     config = ddp._bucket_config  # validate() checked that DDP has per-bucket limits
     if s.buckets is not None:
-        sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
+        sizes = {n: p.numel() * p.element_size() for n, p in reduced(ddp, module)}
         caps_mb = [sum(sizes[p] for p in b.params) / MB for b in s.buckets]
         if _never_rebuilt(ddp):  # built from the first-registered parameters: the strategy's last bucket first
             caps_mb.reverse()
@@ -301,11 +338,24 @@ def _rebuild_reducer(ddp: Any, s: Strategy) -> None:
     if collector_hook is not None:
         type(ddp).register_comm_hook(ddp, *collector_hook)
     if s.buckets is not None and _never_rebuilt(ddp):  # built now, never rebuilt: what DDP built is what runs
-        names = {id(p): n for n, p in ddp.module.named_parameters()}
+        names = {id(p): n for n, p in reduced(ddp, module)}
         got = [sorted(names[id(p)] for p in b.parameters()) for b in ddp.reducer._get_zeros_like_grad_buckets()]
         if got != [sorted(b.params) for b in s.buckets]:
             raise DagprofError(f"DDP built {len(got)} buckets of {[len(b) for b in got]} parameters, the strategy has "
                                f"{len(s.buckets)} of {[len(b.params) for b in s.buckets]}")
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(module: Any):
+    """replicate()'s ``no_sync``: its forward sets its DDP's sync flag from the module's own, so that is the one to turn off."""
+    from torch.distributed._composable import replicate
+
+    was = replicate.state(module)._no_sync
+    module.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(not was)
 
 
 def _checkpoint(module: Any, path: str):

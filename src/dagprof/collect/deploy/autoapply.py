@@ -2,8 +2,9 @@
 
 The launcher's (``jobs.launch``) ``sitecustomize`` calls ``install()`` in every Python process of the job. With
 ``DAGPROF_STRATEGY`` set, every DistributedDataParallel model gets ``dagprof.apply`` right after
-it is built, and a ``fully_shard``-ed model at its root's first forward, before FSDP's lazy init (a
-strategy for another model stops the job there, with one line); a strategy of several roots configures
+it is built, a module given to the composable ``replicate()`` right after replicate() built its DDP (its lazy init, before
+the comm hooks given to the module are registered), and a ``fully_shard``-ed model at its root's first forward, before FSDP's
+lazy init (a strategy for another model stops the job there, with one line); a strategy of several roots configures
 each other root as the profile attached it (``apply.apply_root``). With
 ``DAGPROF_TIMES`` set, each rank writes its step times (a step ends when the first optimizer
 that ever stepped finishes ``step()``) and the DDP forward calls per step to
@@ -44,6 +45,7 @@ def _patch(after_import: Any) -> None:
     times_dir = os.environ.get(ENV_TIMES)
     state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None, "roots": 0}
     original_init = DDP.__init__
+    replicating: list[bool] = []  # inside replicate()'s lazy init: the DDP it builds over a flat parameter list is its module's
 
     def count(module: Any, inputs: Any) -> None:
         state["forwards"] += 1
@@ -53,9 +55,36 @@ def _patch(after_import: Any) -> None:
     @wraps(original_init)
     def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
+        if replicating:
+            return
         if strategy:
             apply(self, strategy)  # a mismatch raises here, before the first step
         self.register_forward_pre_hook(count)
+
+    def patch_replicate(replicate_module: Any) -> None:
+        """replicate(): its module's forwards are counted from the call (``record_init_args``); the strategy applied to the
+        module once replicate()'s lazy init (``init``) built the DDP, before that forward's pre-hook registers the user's
+        comm hooks."""
+        cls = replicate_module._ReplicateState
+        init, record = cls.init, cls.record_init_args
+
+        @wraps(init)
+        def replicate_init(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
+            fresh = not state.has_initialized
+            replicating.append(True)
+            try:
+                init(state, module, *args, **kwargs)
+            finally:
+                replicating.pop()
+            if fresh and strategy:
+                apply(module, strategy)
+
+        @wraps(record)
+        def replicate_record(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
+            record(state, module, *args, **kwargs)
+            module.register_forward_pre_hook(count)
+
+        cls.init, cls.record_init_args = replicate_init, replicate_record
 
     def fsdp_root(root: Any) -> None:
         if strategy:
@@ -82,6 +111,7 @@ def _patch(after_import: Any) -> None:
         state["last"], state["forwards"] = now, 0
 
     DDP.__init__ = ddp_init
+    after_import("torch.distributed._composable.replicate", patch_replicate)
     on_root_forward(after_import, fsdp_root, other_root)
     register_optimizer_step_post_hook(after_step)
     if times_dir:

@@ -80,10 +80,12 @@ def compiled(module: Any) -> bool:
 
 
 def replicated(model: Any) -> bool:
-    """Whether ``model`` was given to the composable ``replicate()`` (its registry names it)."""
+    """Whether ``model`` was given to the composable ``replicate()``, DDP's: its registry names it and that replicate()'s
+    state is on it (torch's FSDP-based ``replicate_with_fsdp`` registers under the same name, with a state of its own)."""
+    from torch.distributed._composable import replicate
     from torch.distributed._composable.contract import _get_registry
 
-    return "replicate" in (_get_registry(model) or {})
+    return "replicate" in (_get_registry(model) or {}) and replicate.state(model) is not None
 
 
 def replicate_ddp(model: Any) -> Any:

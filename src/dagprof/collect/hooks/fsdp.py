@@ -526,8 +526,12 @@ def on_root_forward(after_import: Any, fn: Any, later: Any = None) -> None:
                 if not inside(m) and not any(m is x for s in sharded if s is not m for x in s.modules()):
                     another(m)
 
-    def patch(module: Any) -> None:
-        if hasattr(module, "fully_shard"):
-            module.fully_shard = armed(module.fully_shard)
+    def patch(name: str) -> Any:
+        def run(module: Any) -> None:
+            if hasattr(module, name):
+                setattr(module, name, armed(getattr(module, name)))
+        return run
 
-    after_import("torch.distributed.fsdp", patch)
+    after_import("torch.distributed.fsdp", patch("fully_shard"))
+    # torch's FSDP-based replicate() (``replicate_with_fsdp``): FSDP2's units on a 1-D "replicate" mesh, each all-reduced
+    after_import("torch.distributed._composable.replicate_with_fsdp", patch("replicate"))
