@@ -62,7 +62,9 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     _check_step_times(f, path)
     if f.fsdp is not None and f.ddp:  # replicate(model) over fully_shard-ed blocks: torch allows it, on a 2-D mesh too
         raise DagprofError(f"DDP's gradient buckets ({f.ddp_wrapper}) beside fully_shard units in one job are not modelled: FSDP's "
-                           "units are read alone, and DDP's all-reduces would be host time no what-if prices", path)
+                           "units are read alone, and DDP's all-reduces would be host time no what-if prices; profile it as HSDP "
+                           "instead (fully_shard on a 2-D DeviceMesh, replicate x shard: modelled, its what-ifs answer), or the "
+                           f"model under {f.ddp_wrapper} alone, whose whatif --data-parallel fsdp prices sharding it", path)
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
     kpath = None
