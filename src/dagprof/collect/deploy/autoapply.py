@@ -35,56 +35,43 @@ def install() -> None:
 
 
 def _patch(after_import: Any) -> None:
-    from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    from ..hooks.autoprofile import on_ddp_built
     from ..hooks.fsdp import on_root_forward
     from .apply import apply, apply_root
 
     strategy = os.environ.get(ENV_STRATEGY)
     times_dir = os.environ.get(ENV_TIMES)
     state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None, "roots": 0}
-    original_init = DDP.__init__
-    replicating: list[bool] = []  # inside replicate()'s lazy init: the DDP it builds over a flat parameter list is its module's
 
     def count(module: Any, inputs: Any) -> None:
         state["forwards"] += 1
         if state["last"] is None:
             state["last"] = time.perf_counter()
 
-    @wraps(original_init)
-    def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        if replicating:
-            return
+    def ddp_built(ddp: Any) -> None:
         if strategy:
-            apply(self, strategy)  # a mismatch raises here, before the first step
-        self.register_forward_pre_hook(count)
+            apply(ddp, strategy)  # a mismatch raises here, before the first step
+        ddp.register_forward_pre_hook(count)
 
-    def patch_replicate(replicate_module: Any) -> None:
-        """replicate(): its module's forwards are counted from the call (``record_init_args``); the strategy applied to the
-        module once replicate()'s lazy init (``init``) built the DDP, before that forward's pre-hook registers the user's
-        comm hooks."""
+    def replicate_built(module: Any, replicate_state: Any) -> None:
+        """The strategy applied to the module once replicate()'s lazy init built the DDP, before that forward's pre-hook
+        registers the user's comm hooks."""
+        if strategy:
+            apply(module, strategy)
+
+    def count_replicate(replicate_module: Any) -> None:
+        """replicate(): its module's forwards are counted from the call (``record_init_args``)."""
         cls = replicate_module._ReplicateState
-        init, record = cls.init, cls.record_init_args
-
-        @wraps(init)
-        def replicate_init(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
-            fresh = not state.has_initialized
-            replicating.append(True)
-            try:
-                init(state, module, *args, **kwargs)
-            finally:
-                replicating.pop()
-            if fresh and strategy:
-                apply(module, strategy)
+        record = cls.record_init_args
 
         @wraps(record)
         def replicate_record(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
             record(state, module, *args, **kwargs)
             module.register_forward_pre_hook(count)
 
-        cls.init, cls.record_init_args = replicate_init, replicate_record
+        cls.record_init_args = replicate_record
 
     def fsdp_root(root: Any) -> None:
         if strategy:
@@ -110,8 +97,8 @@ def _patch(after_import: Any) -> None:
         state["micro"].append(max(state["forwards"], 1))
         state["last"], state["forwards"] = now, 0
 
-    DDP.__init__ = ddp_init
-    after_import("torch.distributed._composable.replicate", patch_replicate)
+    on_ddp_built(after_import, ddp_built, replicate_built)
+    after_import("torch.distributed._composable.replicate", count_replicate)
     on_root_forward(after_import, fsdp_root, other_root)
     register_optimizer_step_post_hook(after_step)
     if times_dir:

@@ -87,6 +87,42 @@ def after_torch_import(fn: Any) -> None:
     after_import("torch", lambda module: fn())
 
 
+def on_ddp_built(after_import: Any, on_ddp: Any, on_replicate: Any) -> None:
+    """Call ``on_ddp(ddp)`` after each DistributedDataParallel is built, and ``on_replicate(module, state)`` once the composable
+    ``replicate()``'s lazy init (``_ReplicateState.init``, run by its forward pre-hook at the module's first forward) built
+    its DDP: that DDP holds a flat ``ParameterList`` that never runs forward, so it is the module's and ``on_ddp`` skips it."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original_init = DDP.__init__
+    replicating: list[bool] = []  # inside replicate()'s lazy init
+
+    @wraps(original_init)
+    def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        if not replicating:
+            on_ddp(self)
+
+    def patch_replicate(replicate_module: Any) -> None:
+        cls = replicate_module._ReplicateState
+        init = cls.init
+
+        @wraps(init)
+        def replicate_init(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
+            fresh = not state.has_initialized
+            replicating.append(True)
+            try:
+                init(state, module, *args, **kwargs)
+            finally:
+                replicating.pop()
+            if fresh:
+                on_replicate(module, state)
+
+        cls.init = replicate_init
+
+    DDP.__init__ = ddp_init
+    after_import("torch.distributed._composable.replicate", patch_replicate)
+
+
 def install() -> None:
     if ENV_OUT not in os.environ:
         return
@@ -99,16 +135,13 @@ def install() -> None:
 
 def _patch() -> None:
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     collector = Collector(
         os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS) or DEFAULT_STEPS),
         kineto=os.environ.get(ENV_KINETO, "1") == "1", mode="launcher",
     )
-    original_init = DDP.__init__
     stepping: list[int] = []  # id of the optimizer whose steps are counted
-    replicating: list[bool] = []  # inside replicate()'s lazy init: the DDP it builds is attached with the module it reduces
 
     def first_forward(model: Any) -> None:
         """Step 0 begins at the model's first forward."""
@@ -122,39 +155,19 @@ def _patch() -> None:
         if collector.steps_by_forward and torch.is_grad_enabled():
             collector.next_step()
 
-    @wraps(original_init)
-    def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        if replicating:
-            return
-        collector.attach(self)
+    def ddp_built(ddp: Any) -> None:
+        collector.attach(ddp)
 
         def first(module: Any, inputs: Any) -> None:
             handle.remove()
-            first_forward(self)
+            first_forward(ddp)
 
-        handle = self.register_forward_pre_hook(first)
+        handle = ddp.register_forward_pre_hook(first)
 
-    def replicate_init(init: Any) -> Any:
-        """``_ReplicateState.init``, which replicate()'s forward pre-hook runs at the module's first forward (its lazy init):
-        the DDP it builds over the module's parameters (a flat ``ParameterList``, never called) is attached with the module
-        whose leaves are the layers, and step 0 begins."""
-        @wraps(init)
-        def run(state: Any, module: Any, *args: Any, **kwargs: Any) -> None:
-            fresh = not state.has_initialized
-            replicating.append(True)
-            try:
-                init(state, module, *args, **kwargs)
-            finally:
-                replicating.pop()
-            if fresh:
-                collector.attach(module, reducer=state._ddp)
-                first_forward(module)
-        return run
-
-    def patch_replicate(replicate_module: Any) -> None:
-        cls = replicate_module._ReplicateState
-        cls.init = replicate_init(cls.init)
+    def replicate_built(module: Any, state: Any) -> None:
+        """replicate()'s DDP is attached with the module whose leaves are the layers; step 0 begins in this first forward."""
+        collector.attach(module, reducer=state._ddp)
+        first_forward(module)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -168,8 +181,7 @@ def _patch() -> None:
         if stepping[0] == id(opt) and collector.step >= 0:
             collector.next_step()
 
-    DDP.__init__ = ddp_init
-    after_import("torch.distributed._composable.replicate", patch_replicate)  # the composable replicate(): DDP's reducer
+    on_ddp_built(after_import, ddp_built, replicate_built)  # DDP, and the composable replicate(): DDP's reducer
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
     install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
     register_optimizer_step_pre_hook(collector.optimizer_hook(begin=True))
