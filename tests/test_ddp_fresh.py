@@ -251,7 +251,7 @@ def test_find_unused_layouts_the_search_writes_are_ones_ddp_can_build():
         sp = Space(gradient_order(g, run.ranks[0].buckets, never_rebuilt), [], tuple(g.layers))
         ends = [tuple(sorted(set(rng.sample(sp.allowed.tolist(), 3)) | {len(sp.order) - 1})) for _ in range(20)]
         model = tuple((p, -1) for p in sp.order.params)
-        return sum(_unbuildable(ddp, Strategy(model, 2, buckets=strategy_fields(sp, Candidate(e))["buckets"])) is not None
+        return sum(_unbuildable(ddp, Strategy(model, 2, buckets=strategy_fields(sp, Candidate(e))["buckets"]), ddp.module) is not None
                    for e in ends if e != sp.order.profiled_ends)
 
     assert unbuildable(never_rebuilt=True) == 0
