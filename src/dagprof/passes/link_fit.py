@@ -544,7 +544,7 @@ def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, A
         transfer = float(dur[sel].sum()) - overhead_us * int(sel.sum())
         if kind == gather and fit.gathers is not None:
             out.append((kind, fit.gathers, False))
-        elif transfer > 0:
+        elif transfer > 0 and wire[sel].sum() > 0:  # no wire: HSDP's all-reduces over a replicate degree of 1 (``_group_share``)
             beta = transfer / float(wire[sel].sum())
             floored = floor is not None and beta < floor and not (fit.apart and kind == gather)
             out.append((kind, AlphaBeta(0.0, floor if floored else beta), floored))
