@@ -783,7 +783,7 @@ def _two_updates(tmp_path, second_push_us: float, updates: dict):
     keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
     man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates=updates)
     pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
-    (row,) = mxnet._server_busy(man, pushes)
+    (row,), _ = mxnet._server_busy(man, pushes)
     assert row.updates == 2
     return row
 
