@@ -62,6 +62,9 @@ ROW_SPARSE_PUSH, ROW_SPARSE_PULL = "KVStoreDistRowSparsePush", "KVStoreDistRowSp
 # (``QUANTIZE``, on their engine) and push it as ``COMPRESSED_PUSH``, 16 elements a 4-byte word; each part of a push also
 # carries a meta ps-lite key (its original size, no values: the key and its 4-byte length)
 COMPRESSED_PUSH, QUANTIZE = "KVStoreDistCompressedPush", "QuantizeCPU"
+# the collector marks each worker's trace with its rank (an instant marker of its ``dagprof`` domain, as MXNet 1.9.1 writes
+# it: ``{"name": "worker 1", "cat": "dagprof,instant_marker", "ph": "n", ...}``); traces collected before 2026-12-07 lack it
+RANK_MARK = ("dagprof,instant_marker", re.compile(r"worker (\d+)"))
 KVSTORE = "KVStore"  # the kvstore's engine ops (pushes, pulls, their pinned-memory helpers) begin so
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", COMPRESSED_PUSH,
             ROW_SPARSE_PUSH)
@@ -409,7 +412,9 @@ def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]], inside: boo
 
 def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     path = man.worker_files[w]
-    ops, api, procs, unpaired = _ops(_load(path), path)
+    doc = _load(path)
+    _check_rank_mark(doc, w, path)
+    ops, api, procs, unpaired = _ops(doc, path)
     sparse = sum(o.name in (ROW_SPARSE_PUSH, ROW_SPARSE_PULL) for o in ops)
     if sparse and not any(k.grad_stype == "row_sparse" for k in man.keys.values()):  # how many rows each carries is the collector's
         raise DagprofError(f"{sparse} row_sparse pushes and pulls ({ROW_SPARSE_PUSH}/{ROW_SPARSE_PULL}), but {MANIFEST} names no "
@@ -522,6 +527,17 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
                                     step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w),
                                     warnings=warnings))
     return trace, pushes
+
+
+def _check_rank_mark(doc: dict, w: int, path: str) -> None:
+    """Refuse a trace whose collector's marks (``RANK_MARK``) name another worker than ``w``, the one the manifest lists it as."""
+    cat, pattern = RANK_MARK
+    events = doc.get("traceEvents") if isinstance(doc.get("traceEvents"), list) else []
+    named = {int(m.group(1)) for e in events if isinstance(e, dict) and e.get("cat") == cat
+             and (m := pattern.fullmatch(str(e.get("name", ""))))}
+    if named and named != {w}:
+        raise DagprofError(f"its collector marked it as worker {', '.join(map(str, sorted(named)))}, but {MANIFEST} lists it as "
+                           f"worker {w}'s trace: workers' traces swapped or renamed", path)
 
 
 def _lost_spans(times: list[float], name: str, path: str) -> list[RunWarning]:
