@@ -494,6 +494,9 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     assert sorted(process) == sorted((k, w) for k, w, _ in p.graph.meta.ps.main_cpu_us)
     assert all(0 < c <= process[(k, w)] for k, w, c in p.graph.meta.ps.main_cpu_us)
     assert "ms of CPU per" in own_cores_note(p.graph, cores + 1)
+    for w, name in json.load(open(os.path.join(out, "mxnet-run.json")))["files"]["workers"].items():  # each trace names its worker
+        events = mxnet._load(os.path.join(out, name))["traceEvents"]
+        assert [e["name"] for e in events if e.get("cat") == mxnet.RANK_MARK[0]] == [f"worker {w}"], name
 
 
 @pytest.mark.mxnet
