@@ -494,6 +494,9 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     assert sorted(process) == sorted((k, w) for k, w, _ in p.graph.meta.ps.main_cpu_us)
     assert all(0 < c <= process[(k, w)] for k, w, c in p.graph.meta.ps.main_cpu_us)
     assert "ms of CPU per" in own_cores_note(p.graph, cores + 1)
+    for w, name in json.load(open(os.path.join(out, "mxnet-run.json")))["files"]["workers"].items():  # each trace names its worker
+        events = mxnet._load(os.path.join(out, name))["traceEvents"]
+        assert [e["name"] for e in events if e.get("cat") == mxnet.RANK_MARK[0]] == [f"worker {w}"], name
 
 
 @pytest.mark.mxnet
@@ -783,7 +786,7 @@ def _two_updates(tmp_path, second_push_us: float, updates: dict):
     keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
     man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates=updates)
     pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
-    (row,) = mxnet._server_busy(man, pushes)
+    (row,), _ = mxnet._server_busy(man, pushes)
     assert row.updates == 2
     return row
 

@@ -62,6 +62,9 @@ ROW_SPARSE_PUSH, ROW_SPARSE_PULL = "KVStoreDistRowSparsePush", "KVStoreDistRowSp
 # (``QUANTIZE``, on their engine) and push it as ``COMPRESSED_PUSH``, 16 elements a 4-byte word; each part of a push also
 # carries a meta ps-lite key (its original size, no values: the key and its 4-byte length)
 COMPRESSED_PUSH, QUANTIZE = "KVStoreDistCompressedPush", "QuantizeCPU"
+# the collector marks each worker's trace with its rank (an instant marker of its ``dagprof`` domain, as MXNet 1.9.1 writes
+# it: ``{"name": "worker 1", "cat": "dagprof,instant_marker", "ph": "n", ...}``); traces collected before 2026-12-07 lack it
+RANK_MARK = ("dagprof,instant_marker", re.compile(r"worker (\d+)"))
 KVSTORE = "KVStore"  # the kvstore's engine ops (pushes, pulls, their pinned-memory helpers) begin so
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", COMPRESSED_PUSH,
             ROW_SPARSE_PUSH)
@@ -82,6 +85,10 @@ COMPRESSED_META_BYTES = PS_INDEX_BYTES + 4
 # copy included: its bytes are the full values, priced per byte as the sums are)
 DEQUANTIZE = "DequantizeCPU"
 RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads", DEQUANTIZE)
+# ops that never overlap themselves on a thread: no (de)quantize span began while another of its name was open on its thread
+# in the 73 vendored traces (604 spans each; kvstore ops of one name do overlap, thousands of times), and their events carry
+# no id, key or size to pair them by
+SERIAL = (QUANTIZE, DEQUANTIZE)
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
 # segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
@@ -158,10 +165,11 @@ def _load(path: str) -> dict:
 
 
 def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PULL_CALL, *FRONT_CALLS)
-         ) -> tuple[list[_Op], list[_Op], dict[int, str], list[float]]:
+         ) -> tuple[list[_Op], list[_Op], dict[int, str], list[tuple[float, str]]]:
     """Operator spans (B/E pairs, paired first-in first-out per pid, tid and name), the C-API spans (b/e) named in
-    ``calls`` (None: every one), and the times of the kvstore ops' begins and ends that pair with none (no vendored trace
-    has one: a damaged or renamed event, whose exchange the pairing drops)."""
+    ``calls`` (None: every one), and the times and names of the kvstore ops' and ``SERIAL`` ops' begins and ends that pair
+    with none (no vendored trace has one: a damaged or renamed event, whose span the pairing drops). A ``SERIAL`` begin
+    that meets an open span of its name on its thread closes nothing: the open one lost its end, and is dropped."""
     events = doc.get("traceEvents")
     if not isinstance(events, list):
         raise DagprofError("not an mx.profiler trace (no traceEvents list)", path)
@@ -187,13 +195,15 @@ def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PUL
     ops, api, unpaired = [], [], []
     for ts, end, key, e in marks:
         if not end:
+            if key[0] and key[3] in SERIAL and open_.get(key):  # its open one lost its end: each begin would take the next's
+                unpaired.append((open_[key].pop(), key[3]))
             open_.setdefault(key, []).append(ts)
         elif open_.get(key):
             span = _Op(e["name"], e["pid"], e["tid"], open_[key].pop(0), ts)
             (ops if e["ph"] == "E" else api).append(span)
-        elif key[0] and key[3].startswith(KVSTORE):
-            unpaired.append(ts)
-    unpaired += [ts for key, left in open_.items() if key[0] and key[3].startswith(KVSTORE) for ts in left]
+        elif key[0] and _counted(key[3]):
+            unpaired.append((ts, key[3]))
+    unpaired += [(ts, key[3]) for key, left in open_.items() if key[0] and _counted(key[3]) for ts in left]
     ops.sort(key=lambda o: o.start)
     api.sort(key=lambda o: o.start)
     spans = [(o.name, o.pid, o.tid, o.start, o.end) for o in ops if o.end > o.start]
@@ -202,6 +212,11 @@ def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PUL
         raise DagprofError(f"{twice} operator spans appear twice (same name, thread, start and end): a file written twice, or "
                            "two profiler dumps merged", path)
     return ops, api, procs, unpaired
+
+
+def _counted(name: str) -> bool:
+    """An operator whose begins and ends that pair with none are counted (``_ops``): a kvstore op, or a ``SERIAL`` one."""
+    return name.startswith(KVSTORE) or name in SERIAL
 
 
 def _push_kind(name: str) -> CommKind:
@@ -342,7 +357,7 @@ def read_mxnet_run(folder: str) -> Run:
         per_worker[w] = pushes
     refuse_copies(ranks, folder)  # mx.profiler records no worker id: a worker's trace copied over another's reads as that worker
     base_ns = min(t.base_ns for t in ranks)
-    busy = _server_busy(man, per_worker)
+    busy, server_warnings = _server_busy(man, per_worker)
     ps = PsRecord(compression=_compression(man, per_worker),
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[_ps_key(man, k) for k in sorted(man.keys.values(), key=lambda k: k.key)],
@@ -350,7 +365,7 @@ def read_mxnet_run(folder: str) -> Run:
         cpu_us=_profiled_us(man, man.cpu_s), unprofiled_cpu_us=_profiled_us(man, man.cpu_s, inside=False),
         main_cpu_us=_profiled_us(man, man.main_cpu_s), rows=_profiled_rows(man), row_ranges=man.row_ranges,
     )
-    meta = RunMeta(ps=ps, framework="mxnet")
+    meta = RunMeta(ps=ps, framework="mxnet", warnings=server_warnings)
     if sorted(man.server_files) != list(range(man.servers)):
         meta.warnings.append(RunWarning(f"server traces present for {sorted(man.server_files)} of {man.servers} servers"))
     return Run(ranks, source=folder, meta=meta)
@@ -397,7 +412,9 @@ def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]], inside: boo
 
 def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     path = man.worker_files[w]
-    ops, api, procs, unpaired = _ops(_load(path), path)
+    doc = _load(path)
+    _check_rank_mark(doc, w, path)
+    ops, api, procs, unpaired = _ops(doc, path)
     sparse = sum(o.name in (ROW_SPARSE_PUSH, ROW_SPARSE_PULL) for o in ops)
     if sparse and not any(k.grad_stype == "row_sparse" for k in man.keys.values()):  # how many rows each carries is the collector's
         raise DagprofError(f"{sparse} row_sparse pushes and pulls ({ROW_SPARSE_PUSH}/{ROW_SPARSE_PULL}), but {MANIFEST} names no "
@@ -499,7 +516,13 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     _nest(cols, np.array(engine, dtype=np.int64))
     table = rows.table()
     warnings = _misaligned(calls, w, path)
-    lost = sum(step_of(t) >= 0 for t in unpaired)
+    lost = sum(step_of(t) >= 0 for t, name in unpaired if name.startswith(KVSTORE))
+    warnings += _lost_spans([t for t, name in unpaired if name in SERIAL and step_of(t) >= 0], QUANTIZE, path)
+    pushed, quantized = (sum(o.name == n and step_of(o.start) >= 0 for o in ops) for n in (COMPRESSED_PUSH, QUANTIZE))
+    if quantized < pushed:  # each compressed push quantizes its gradient first (604 of 604 in the vendored traces)
+        warnings.append(RunWarning(f"{os.path.basename(path)}: {pushed} compressed pushes ({COMPRESSED_PUSH}) in worker {w}'s "
+                                   f"profiled steps but {quantized} {QUANTIZE} spans (removed or renamed events): the pushes "
+                                   "wait for no quantize"))
     if lost:  # an exchange dropped unseen moved analyze 243.3 -> 238.9 ms on a 2-bit job (hostile63's ``mx-mixed-push``)
         warnings.append(RunWarning(f"{os.path.basename(path)}: {lost} kvstore op begin/end events in worker {w}'s profiled steps "
                                    "pair with none (renamed or lost events): their pushes and pulls are left out of the exchange"))
@@ -509,6 +532,26 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
                                     step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w),
                                     warnings=warnings))
     return trace, pushes
+
+
+def _check_rank_mark(doc: dict, w: int, path: str) -> None:
+    """Refuse a trace whose collector's marks (``RANK_MARK``) name another worker than ``w``, the one the manifest lists it as."""
+    cat, pattern = RANK_MARK
+    events = doc.get("traceEvents") if isinstance(doc.get("traceEvents"), list) else []
+    named = {int(m.group(1)) for e in events if isinstance(e, dict) and e.get("cat") == cat
+             and (m := pattern.fullmatch(str(e.get("name", ""))))}
+    if named and named != {w}:
+        raise DagprofError(f"its collector marked it as worker {', '.join(map(str, sorted(named)))}, but {MANIFEST} lists it as "
+                           f"worker {w}'s trace: workers' traces swapped or renamed", path)
+
+
+def _lost_spans(times: list[float], name: str, path: str) -> list[RunWarning]:
+    """A warning counting ``name`` begins and ends (``SERIAL`` ops) that paired with none: spans whose end was lost or
+    moved, each left out rather than paired with a later span's end (which stretched a server's busy time 12-fold)."""
+    if not times:
+        return []
+    return [RunWarning(f"{os.path.basename(path)}: {len(times)} {name} begin/end events pair with none (lost or moved ends: "
+                       f"no two {name} spans overlap on a thread): those spans are left out")]
 
 
 def _misaligned(calls: dict[int, int], w: int, path: str) -> list[RunWarning]:
@@ -539,9 +582,9 @@ def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
     return {k: (b - a) / 1e3 for k, a, b in man.steps.get(w, []) if k >= stop or k < first - 1}
 
 
-def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[ServerBusy]:
+def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[list[ServerBusy], list[RunWarning]]:
     """Per server and step, the time the server was busy with the step's pushes and, of it, its engine's copies, sums and
-    optimizer ops.
+    optimizer ops; and a warning per server whose ``DEQUANTIZE`` spans lost ends (``_lost_spans``).
 
     A server receives pushes on one thread: it copies or sums each in (``RECEIVED``) and, once a key's last push is in,
     hands the key to the updater (the optimizer Gluon sent it, run by the server's Python) and waits for it. The updater's
@@ -559,10 +602,11 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
     Where the collector timed the updater's calls (``MxManifest.server_updates``), the gap before each update but the step's
     first is split by the server's CPU clock instead: the CPU its threads used in it is work, ending where the updater began
     (``_worked_from``); the rest of the gap its threads waited, for a push's bytes or a core (``ServerBusy.waited_us``)."""
-    out = []
+    out, warnings = [], []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
-        ops, calls, _, _ = _ops(_load(path), path, calls=None)
+        ops, calls, _, unpaired = _ops(_load(path), path, calls=None)
+        warnings += _lost_spans([t for t, name in unpaired if name in SERIAL], DEQUANTIZE, path)
         parts = sum(1 for k in man.keys.values() for srv, _ in pslite_placement(k.key, k.elements, man.servers, man.bound) if srv == s)
         timed = man.updates.get(s)
         timed = timed if timed is not None and len(timed) else None  # none timed: its waits are not known
@@ -593,7 +637,7 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
             counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
             out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited))
-    return out
+    return out, warnings
 
 
 def _worked_from(timed: np.ndarray, first: float, end: float) -> float | None:

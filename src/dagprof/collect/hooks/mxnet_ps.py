@@ -157,6 +157,9 @@ class profile:
             mx.profiler.set_state("run", profile_process="server")
         kv._barrier()
         mx.profiler.set_state("run")
+        # mx.profiler records no worker id: the trace names its worker itself (``traces.mxnet.RANK_MARK``), so that two
+        # workers' traces swapped are refused rather than read as each other's
+        mx.profiler.Marker(mx.profiler.Domain("dagprof"), f"worker {kv.rank}").mark("process")
         self.running = True
 
     def _stop(self, mx) -> None:
