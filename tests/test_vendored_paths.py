@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 from testdata import DATA
-
-MACHINE = ("/tmp/", "/work/", "/root/", "/home/")
 
 
 def test_no_vendored_manifest_records_a_machine_path():
     found = [f"{m.relative_to(DATA)}: {a}" for m in sorted(DATA.rglob("manifest.json"))
-             for a in json.loads(m.read_text()).get("argv") or [] if isinstance(a, str) and a.startswith(MACHINE)]
+             for a in json.loads(m.read_text()).get("argv") or [] if isinstance(a, str) and os.path.isabs(a)]
     assert not found, found
