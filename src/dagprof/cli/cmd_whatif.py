@@ -16,7 +16,7 @@ from ..pipeline import open_run
 from ..replay import replay
 from ..report.timeline import write_replay_trace
 from ..search.measured import slowdown_of
-from ..search.scenario import AXES, Cluster, refuse_link_from_elsewhere, sweep
+from ..search.scenario import AXES, Cluster, sweep
 from ..search.whatif import MODEL_TOLERANCE_PCT, evaluate
 from ..traces.completeness import refuse_lone_rank
 from ..traces.parallelism import Dim
@@ -92,8 +92,6 @@ def run(args) -> dict:
 def _evaluate(args, folder: str | None) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
     refuse_lone_rank(prof.run, "a what-if (collectives re-priced across the ranks)")
-    if args.link_from:
-        refuse_link_from_elsewhere(prof.graph, args.link_from)
     for degree, dim, flag in ((args.tp_degree, Dim.TP, "--tp-degree"), (args.pp_degree, Dim.PP, "--pp-degree")):
         if degree is not None:
             refuse_degree(prof.graph, dim, degree, flag)

@@ -58,6 +58,7 @@ from .scenario import (
     measured_comm,
     on_link,
     profiled_at,
+    refuse_link_from_elsewhere,
     undisturb,
 )
 from .shared_cores import TERM, comm_slowdown_beside, on_shared_cores, shared_cores_note, unslowed_profile, with_shared_cores
@@ -161,6 +162,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
     _refuse_looped(g0, scenarios)
+    if cluster.link_from is not None:
+        refuse_link_from_elsewhere(g0, cluster.link_from)
     g0 = profiled_at(g0, cluster)
     steps_graph = None if steps_graph is None else profiled_at(steps_graph, cluster)
     n0 = graph_world_size(g0)
