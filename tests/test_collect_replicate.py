@@ -125,10 +125,10 @@ def test_dagprof_apply_refuses_a_replicated_module_before_the_process_group_in_o
 def test_replicate_beside_fully_shard_is_refused_in_one_line(tmp_path, capsys):
     assert _profile(tmp_path, "mix") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "rank0.json: DDP's gradient buckets (the composable replicate()) beside fully_shard units in one job are not modelled" in err
+    assert "rank0.json: DDP's gradient buckets (replicate() (DDP)) beside fully_shard units in one job are not modelled" in err
     # the one line says what to do instead: HSDP on a 2-D mesh, or the model under replicate() alone priced sharded
     assert err.endswith("profile it as HSDP instead (fully_shard on a 2-D DeviceMesh, replicate x shard: modelled, its what-ifs answer), "
-                        "or the model under the composable replicate() alone, whose whatif --data-parallel fsdp prices sharding it")
+                        "or the model under replicate() (DDP) alone, whose whatif --data-parallel fsdp prices sharding it")
 
 
 def test_vendored_replicate_recording_replays_and_answers(tmp_path, capsys):

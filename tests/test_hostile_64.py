@@ -22,8 +22,7 @@ def test_ranks_whose_ddp_another_api_built_are_refused(tmp_path, capsys, change)
     edit_json(run / "rank1.json", change)
     for argv in (["analyze", "--json", run], ["whatif", "--json", run, "--bucket-mb", "4", "--no-trace"]):
         line = _refused(capsys, *argv)
-        assert f"{run / 'rank1.json'}: its DDP was built by DistributedDataParallel, rank0.json's by the composable " \
-               "replicate() (ddp_api)" in line, line
+        assert f"{run / 'rank1.json'}: its gradients are reduced by DDP, rank0.json's by replicate() (DDP) (ddp_api)" in line, line
     rc, doc, err = cli_json(capsys, "analyze", "--json", str(DATA / "replicate" / "realnvp"))
     assert rc == 0 and doc["measured_iter_ms"] > 0, err
 

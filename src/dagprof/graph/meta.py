@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DagprofError
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT, REPLICATE_API, DdpApi, ZeroInfo
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, DdpApi, ZeroInfo, ddp_label
 from ..units import count
 
 if TYPE_CHECKING:
@@ -302,8 +302,8 @@ class GraphMeta:
 
     @property
     def ddp_label(self) -> str:
-        """How the outputs name the job's DDP: the composable ``replicate()`` runs DDP's reducer, named as the user wrote it."""
-        return "replicate() (DDP)" if self.ddp_api == REPLICATE_API else "DDP"
+        """How the outputs name the job's DDP (``traces.run_schema.ddp_label``)."""
+        return ddp_label(self.ddp_api)
 
     @property
     def torch_minor(self) -> str:

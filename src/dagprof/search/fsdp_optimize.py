@@ -132,6 +132,16 @@ class FsdpEvaluator:
         return penalised(s.iter_us, s.memory.total, self.memory_budget)
 
 
+def _root_name(k: int) -> str:
+    """The name ``Grouping.wrap`` gives the ``fully_shard`` root ``k`` (``FsdpGraphUnit.root``) in its advice."""
+    return f"root{k}" if k else "model"
+
+
+def _path_in_root(unit: str, k: int) -> str:
+    """A unit's module path inside root ``k``: another root's unit names begin with that root's prefix."""
+    return unit.partition(".")[2] if k else unit
+
+
 @dataclass(frozen=True)
 class Grouping:
     """A coarser unit grouping of the profiled setup (``passes.fsdp_units`` spec), priced; wrap-time advice."""
@@ -152,11 +162,10 @@ class Grouping:
             return "; ".join(f"FullyShardedDataParallel(model) alone, with {', '.join(grp[1:])} not wrapped" if FSDP_ROOT in grp
                              else f"one FullyShardedDataParallel unit for {' + '.join(grp)}" for grp in self.groups)
         roots = self.roots or (0,) * len(self.groups)
-        root = lambda k: f"root{k}" if k else "model"  # noqa: E731
-        path = lambda n, k: n.partition(".")[2] if k else n  # noqa: E731  (another root's units: its prefix, then the path)
-        calls = [f"fully_shard([{', '.join(f'{root(k)}.{path(n, k)}' for n in grp)}])" for grp, k in zip(self.groups, roots)
+        calls = [f"fully_shard([{', '.join(f'{_root_name(k)}.{_path_in_root(n, k)}' for n in grp)}])" for grp, k in zip(self.groups, roots)
                  if not self.root_units & set(grp)]
-        calls += [f"fully_shard({root(k)}) with {', '.join(path(n, k) for n in grp if n not in self.root_units)} not wrapped on their own"
+        calls += [f"fully_shard({_root_name(k)}) with {', '.join(_path_in_root(n, k) for n in grp if n not in self.root_units)} "
+                  "not wrapped on their own"
                   for grp, k in zip(self.groups, roots) if self.root_units & set(grp)]
         prefix = {k: grp[0].partition(".")[0] for grp, k in zip(self.groups, roots) if k}
         named = "; ".join(f"root{k}: the fully_shard root whose unit names begin {p}" for k, p in sorted(prefix.items()))

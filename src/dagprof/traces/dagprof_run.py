@@ -29,6 +29,7 @@ from .run_schema import (
     Ended,
     Manifest,
     RankFile,
+    ddp_label,
     rank_file,
     read_file,
     read_step_log,
@@ -191,8 +192,8 @@ def _check_same_wrapper(docs: list[tuple[str, RankFile]], folder: str) -> None:
     for path, f in ddp[1:]:
         first, f0 = ddp[0]
         if f.ddp_api != f0.ddp_api:
-            raise DagprofError(f"its DDP was built by {f.ddp_wrapper}, {os.path.relpath(first, folder)}'s by {f0.ddp_wrapper} "
-                               "(ddp_api): every rank of a job wraps its model alike (another job's or a damaged file)", path)
+            raise DagprofError(f"its gradients are reduced by {ddp_label(f.ddp_api)}, {os.path.relpath(first, folder)}'s by "
+                               f"{ddp_label(f0.ddp_api)} (ddp_api): every rank of a job wraps its model alike (another job's or a damaged file)", path)
 
 
 def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:

@@ -22,7 +22,7 @@ from .fsdp_run import check_units, fsdp_comm, label_groups
 from .meta import GradClip, RankMeta, split_at_window, step_scheds, warnings_of
 from .run_comm import hook_comm, hook_wire, kineto_comm
 from .run_partition import partition_step, step_bounds
-from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, checked_cpu_set, read_file
+from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, checked_cpu_set, ddp_label, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
 from .zero_run import check_zero, label_zero, overlap_comm, overlap_targets
 
@@ -61,10 +61,10 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         raise DagprofError(f"run {run}: steps {first}-{stop - 1} requested but {ended}", path)
     _check_step_times(f, path)
     if f.fsdp is not None and f.ddp:  # replicate(model) over fully_shard-ed blocks: torch allows it, on a 2-D mesh too
-        raise DagprofError(f"DDP's gradient buckets ({f.ddp_wrapper}) beside fully_shard units in one job are not modelled: FSDP's "
+        raise DagprofError(f"DDP's gradient buckets ({ddp_label(f.ddp_api)}) beside fully_shard units in one job are not modelled: FSDP's "
                            "units are read alone, and DDP's all-reduces would be host time no what-if prices; profile it as HSDP "
                            "instead (fully_shard on a 2-D DeviceMesh, replicate x shard: modelled, its what-ifs answer), or the "
-                           f"model under {f.ddp_wrapper} alone, whose whatif --data-parallel fsdp prices sharding it", path)
+                           f"model under {ddp_label(f.ddp_api)} alone, whose whatif --data-parallel fsdp prices sharding it", path)
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
     kpath = None

@@ -48,7 +48,14 @@ VERSION = 1
 MIN_VERSION = 1
 MANIFEST = "manifest.json"
 REPLICATE_API = "replicate"  # RankFile.ddp_api of a job whose DDP the composable torch.distributed._composable.replicate() built
+
 DdpApi = Literal["", "replicate"]  # which API built a run's DDP: REPLICATE_API, or "" (DistributedDataParallel, or an older file)
+
+
+def ddp_label(api: str) -> str:
+    """How outputs and refusals name a job's DDP (``RankFile.ddp_api``): the composable ``replicate()`` runs DDP's reducer,
+    named as the user wrote it."""
+    return "replicate() (DDP)" if api == REPLICATE_API else "DDP"
 
 
 def rank_file(rank: int) -> str:
@@ -333,11 +340,6 @@ class RankFile(msgspec.Struct, kw_only=True):
     thread_runs: list[tuple[Count, Count]] = []  # (step, times that thread got a core: schedstat's third field) beside them ([]: older files)
     # (step, CPU ns, run-queue wait ns, runs) of the process's other threads together (gloo's, Kineto's) beside them ([]: older files)
     other_threads_ns: list[tuple[Count, Count, Count, Count]] = []
-
-    @property
-    def ddp_wrapper(self) -> str:
-        """What built this rank's DDP, in words (refusals name it)."""
-        return "the composable replicate()" if self.ddp_api == REPLICATE_API else "DistributedDataParallel"
 
 
 class StepPart(msgspec.Struct, kw_only=True):
