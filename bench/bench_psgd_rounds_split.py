@@ -44,7 +44,8 @@ def priced(work: str, round_a: str, strategy_path: str) -> list[dict[str, float]
     st = load_strategy(strategy_path)
     order = gradient_order(p.graph, p.run.ranks[0].buckets, p.run.ranks[0].meta.find_unused)
     job = job_overlap(searched.run)
-    cluster = or_calibrated(job, os.path.join(work, "link.json"))
+    link = os.path.join(work, "link.json")
+    cluster = or_calibrated(job, link if os.path.exists(link) else None)  # a cell searched without --link-model-calibrate has none
     c = st.compression
     costs = in_job(codec_costs(order, (c.rank,), os.path.join(os.path.dirname(strategy_path), CODEC_COSTS_FILE)), job)
     chained = chained_in_job(cluster, profiled_stretch(p.run))

@@ -167,6 +167,18 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     return BucketCost(issue + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
 
+def nonempty_allreduces(order: GradientOrder, ends: Iterable[int], rank: int) -> int:
+    """How many of PowerSGD's all-reduces a step carry data under buckets ending at ``ends``: each bucket's uncompressed
+    part, P and Q, where not empty (torch issues the empty ones too: 0.15-0.37 ms from issue to the next, callback
+    included, in the CTR ranker's and the word2vec job's strategy runs, against 1.5-8.8 ms for a non-empty one)."""
+    count, first = 0, 0
+    for last in sorted(int(e) for e in ends):
+        split = [powersgd_split(s, rank) for s in order.shapes[first : last + 1] if s is not None]
+        count += sum(any(x[k] for x in split) for k in range(3))
+        first = last + 1
+    return count
+
+
 def chained_latency_us(chained: Chained, price: Callable[[float], float], during_backward: bool = False) -> float:
     """What a small all-reduce issued from a completion callback took in the job's group beyond ``price`` (the link
     model), the median over the measured sizes; 0 where the job measured none. ``during_backward`` (a bucket closed

@@ -49,6 +49,15 @@ NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not mea
                 "dagprof calibrate --overlap -o link.json on the job's cluster and pass --link-model link.json")
 
 
+def chained_unmeasured(count: int) -> str:
+    """The warning for a PowerSGD strategy priced where no chained all-reduce was measured (``Chained.allreduce`` empty)."""
+    return (f"PowerSGD's {count} all-reduces a step that carry data, each issued from the previous one's completion callback, are "
+            "priced by the link model alone: what such a small all-reduce takes beyond it (thread hand-offs, wake-ups, waits for a "
+            "core) is not measured for this run (priced as none; a held-out CTR ranker's on a 2-core host at 200 Mbit/s took 1.7-3.0 "
+            "ms more each, its speed-up over-predicted by 17-40 %): run dagprof calibrate --overlap -o link.json on the job's "
+            "cluster and pass --link-model link.json")
+
+
 def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
     """Codec costs as they run inside the job whose ranks measured ``m`` (``job_overlap``): scaled by how much slower
     the job's busy cores ran the reference op than the idle core that measured the codecs (never faster). Not from a

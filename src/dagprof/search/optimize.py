@@ -50,7 +50,7 @@ from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.accumulate import check_accumulation
 from ..passes.comm import current_topology, set_topology
-from ..passes.compression import UNMEASURED, Chained, chained_text
+from ..passes.compression import UNMEASURED, Chained, chained_text, nonempty_allreduces
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.link_fit import graph_world_size, link_fit
 from ..passes.overlap import core_bound_slowdown
@@ -61,7 +61,7 @@ from ..units import MB
 from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
-from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
+from .measured import NOT_MEASURED, chained_in_job, chained_unmeasured, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
 from .memory import MemoryModel, autograd_host
 from .memory_fit import fit_memory
 from .scenario import Cluster, Scenario, profiled_at
@@ -350,6 +350,9 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     res = search(g, order, opts, costs, meta.layer_saved_bytes)
     if unmeasured:
         res.notes.append(NOT_MEASURED)
+    best = res.best.candidate
+    if best.codec.name == "powersgd" and not opts.chained_allreduce.allreduce:
+        res.warnings.append(chained_unmeasured(nonempty_allreduces(order, best.ends, best.codec.rank)))
     return res
 
 
