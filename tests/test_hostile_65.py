@@ -1,0 +1,52 @@
+"""Damaged inputs that read with exit 0 and no word before (``bench/damage_65.py`` sweeps them): one check per fix. Every
+damaged copy is made here from a vendored fixture (``mxnet/user_bow_2bit``: 2-bit compressed pushes, traces collected
+before the collector marked each worker's)."""
+from __future__ import annotations
+
+import pytest
+from testdata import DATA, cli_json, copy_fixture, edit_json
+
+
+def _refused(capsys, *argv) -> str:
+    rc, _, err = cli_json(capsys, *map(str, argv))
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    return lines[0]
+
+
+def _swap(run, a: str, b: str) -> None:
+    (run / a).rename(run / "tmp.json.gz")
+    (run / b).rename(run / a)
+    (run / "tmp.json.gz").rename(run / b)
+
+
+@pytest.mark.parametrize(("fixture", "said"), [
+    ("mxnet/user_bow_2bit", "worker0.json.gz: its first event is 1.12 ms before worker 0 started its profiler (the start of step 3 "
+                            "in mxnet-run.json): another worker's trace"),
+    ("mxnet/testbed_attn/warmup_s1_500M", "worker1.json.gz: its last event, the profiler's stop, is 0.36 ms before worker 1 "
+                                          "stopped it (the end of step 7 in mxnet-run.json): another worker's trace")])
+def test_unmarked_mxnet_worker_traces_swapped_are_refused_by_the_profiler_s_edges(tmp_path, capsys, fixture, said):
+    """Traces collected before the collector's rank mark: worker 0's and 1's swapped read silently (analyze 33.23 -> 31.21
+    ms). Each worker starts its profiler just before it times the step before the window and stops it just after the
+    window's last step, on its own clock: a trace that begins before its worker's start, or whose stop comes before its
+    worker's, is another worker's."""
+    _, clean, _ = cli_json(capsys, "analyze", "--json", str(DATA / fixture))
+    assert clean is not None and clean["predicted_iter_ms"] > 0
+    run = copy_fixture(tmp_path, fixture)
+    _swap(run, "worker0.json.gz", "worker1.json.gz")
+    line = _refused(capsys, "analyze", "--json", run)
+    assert f"{run}/{said}" in line, line
+
+
+def test_a_compressed_run_s_server_without_dequantize_spans_is_said(tmp_path, capsys):
+    """Every ``DequantizeCPU`` removed from the server of a 2-bit run read as before with no word; the workers' compressed
+    pushes say the server dequantized each part it got (22 a step, as many as pushed, in the vendored trace)."""
+    run = copy_fixture(tmp_path, "mxnet/user_bow_2bit")
+    edit_json(run / "server0.json.gz", lambda doc: doc.update(traceEvents=[e for e in doc["traceEvents"] if e.get("name") != "DequantizeCPU"]))
+    rc, doc, err = cli_json(capsys, "analyze", "--json", str(run))
+    assert rc == 0, err
+    said = [w for w in doc["warnings"] if "DequantizeCPU spans in the profiled steps" in w]
+    assert said == ["server0.json.gz: 0 DequantizeCPU spans in the profiled steps, but the workers' 2-bit compressed pushes put 66 "
+                    "parts on server 0, each dequantized there (removed or renamed events): its busy time is read without them"], doc["warnings"]
+    _, clean, _ = cli_json(capsys, "analyze", "--json", str(DATA / "mxnet/user_bow_2bit"))
+    assert not any("DequantizeCPU" in w for w in clean["warnings"]), clean["warnings"]
