@@ -1,6 +1,7 @@
 """Damaged inputs that read with exit 0 and no word before (``bench/damage_65.py`` sweeps them): one check per fix. Every
 damaged copy is made here from a vendored fixture (``mxnet/user_bow_2bit``: 2-bit compressed pushes, traces collected
-before the collector marked each worker's)."""
+before the collector marked each worker's; ``ddp-fresh/dcp-kineto`` and ``dcp-kineto-early``: a user's Kineto traces of a
+DDP job saving with DCP after its optimizer step and before its next forward)."""
 from __future__ import annotations
 
 import pytest
@@ -50,3 +51,30 @@ def test_a_compressed_run_s_server_without_dequantize_spans_is_said(tmp_path, ca
                     "parts on server 0, each dequantized there (removed or renamed events): its busy time is read without them"], doc["warnings"]
     _, clean, _ = cli_json(capsys, "analyze", "--json", str(DATA / "mxnet/user_bow_2bit"))
     assert not any("DequantizeCPU" in w for w in clean["warnings"]), clean["warnings"]
+
+
+def _dims(run) -> dict:
+    from dagprof.pipeline import open_run
+
+    (group,) = open_run(run).graph.meta.parallel.groups
+    return group.dims
+
+
+def test_a_dcp_save_before_the_next_forward_is_the_job_s_own(capsys):
+    """The same saves as dcp-kineto's, made at the top of the next iteration (before DDP's forward) rather than after
+    ``opt.step()``: "18 DP, 24 unknown", its object collectives scaled by ``--workers`` as gradients. Between an optimizer
+    step and the next forward range nothing exchanges gradients: 6 DP (the all-reduces), 36 job-own, as after the step."""
+    run = DATA / "ddp-fresh/dcp-kineto-early"
+    assert _dims(run) == {"DP": 3 * 2, "job-own": 18 * 2}
+    rc, doc, err = cli_json(capsys, "whatif", "--json", str(run), "--workers", "4", "--allow-model-error", "--no-trace")
+    assert rc == 0 and doc["scenarios"][0]["predicted_iter_ms"] > 0, err
+    assert _dims(DATA / "ddp-fresh/dcp-kineto") == {"DP": 6, "job-own": 36}
+
+
+def test_a_job_s_own_collectives_in_a_group_described_as_dp_are_not_dp(tmp_path):
+    """dcp-kineto with its one group described ``mesh_dp`` (a DeviceMesh named "dp"): the description won over where the
+    collectives ran, and the save's 36 read DP. A DP group's collectives after the optimizer step carry no gradients."""
+    run = copy_fixture(tmp_path, "ddp-fresh/dcp-kineto")
+    for f in run.iterdir():
+        edit_json(f, lambda doc: doc["distributedInfo"]["pg_config"][0].update(pg_desc="mesh_dp"))
+    assert _dims(run) == {"DP": 6, "job-own": 36}
