@@ -127,7 +127,7 @@ def test_a_bcaffe_log_cut_at_a_line_end_isload_refused(tmp_path):
 def test_an_mxnet_workers_trace_copied_over_anothers_is_refused_naming_both(tmp_path):
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
     shutil.copy(run / "worker0.json.gz", run / "worker1.json.gz")  # mx.profiler records no worker id: read as worker 1 before
-    load_refused(run, str(run / "worker1.json.gz"), "same events at the same times as worker0.json.gz")
+    load_refused(run, str(run / "worker1.json.gz"), "same operator spans at the same times as worker0.json.gz (worker 0's)")
 
 
 def test_an_mxnet_worker_file_the_manifest_does_not_list_isload_refused(tmp_path):

@@ -33,6 +33,7 @@ the process's outside the profiled window (``unprofiled_cpu_us``: what the profi
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -46,7 +47,6 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from ..intervals import covered
-from .completeness import refuse_copies
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
@@ -352,12 +352,11 @@ _WORKER_NAMED = re.compile(r"worker\d+\.json(?:\.gz)?")
 
 def read_mxnet_run(folder: str) -> Run:
     man = _Manifest(folder)
-    ranks, per_worker = [], {}
+    ranks, per_worker, seen = [], {}, {}
     for w in sorted(man.worker_files):
-        trace, pushes = _read_worker(man, w)
+        trace, pushes = _read_worker(man, w, seen)
         ranks.append(trace)
         per_worker[w] = pushes
-    refuse_copies(ranks, folder)  # mx.profiler records no worker id: a worker's trace copied over another's reads as that worker
     base_ns = min(t.base_ns for t in ranks)
     compression = _compression(man, per_worker)
     busy, server_warnings = _server_busy(man, per_worker, compression)
@@ -413,11 +412,13 @@ def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]], inside: boo
             if (k in man.profiled) == inside]
 
 
-def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
+def _read_worker(man: _Manifest, w: int, seen: dict[bytes, tuple[int, str]]) -> tuple[RankTrace, list[dict]]:
+    """Worker ``w``'s trace, and its pushes; ``seen``: the workers read so far by a digest of their operator spans."""
     path = man.worker_files[w]
     doc = _load(path)
     marked = _check_rank_mark(doc, w, path)
     ops, api, procs, unpaired = _ops(doc, path)
+    _refuse_copy(ops, w, seen, path)
     sparse = sum(o.name in (ROW_SPARSE_PUSH, ROW_SPARSE_PULL) for o in ops)
     if sparse and not any(k.grad_stype == "row_sparse" for k in man.keys.values()):  # how many rows each carries is the collector's
         raise DagprofError(f"{sparse} row_sparse pushes and pulls ({ROW_SPARSE_PUSH}/{ROW_SPARSE_PULL}), but {MANIFEST} names no "
@@ -550,6 +551,17 @@ def _check_rank_mark(doc: dict, w: int, path: str) -> bool:
         raise DagprofError(f"its collector marked it as worker {', '.join(map(str, sorted(named)))}, but {MANIFEST} lists it as "
                            f"worker {w}'s trace: workers' traces swapped or renamed", path)
     return bool(named)
+
+
+def _refuse_copy(ops: list[_Op], w: int, seen: dict[bytes, tuple[int, str]], path: str) -> None:
+    """Refuse worker ``w``'s trace where another worker's holds the same operator spans: a copy of that worker's trace (two
+    processes never time every op alike). Compared as read, before the spans are binned into ``w``'s steps from the
+    manifest, which tell the copy apart (``completeness.refuse_copies``, after them, read such a copy as the worker)."""
+    digest = hashlib.sha256(np.array([(o.start, o.end) for o in ops], dtype=float).tobytes()).digest()
+    other, where = seen.setdefault(digest, (w, path))
+    if ops and other != w:
+        raise DagprofError(f"holds the same operator spans at the same times as {os.path.basename(where)} (worker {other}'s): a "
+                           f"copy of that worker's trace, not worker {w}'s; profile the job again", path)
 
 
 def _check_window(doc: dict, man: _Manifest, w: int, path: str) -> None:
