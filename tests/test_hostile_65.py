@@ -4,6 +4,8 @@ before the collector marked each worker's; ``ddp-fresh/dcp-kineto`` and ``dcp-ki
 DDP job saving with DCP after its optimizer step and before its next forward)."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from testdata import DATA, cli_json, copy_fixture, edit_json
 
@@ -37,6 +39,15 @@ def test_unmarked_mxnet_worker_traces_swapped_are_refused_by_the_profiler_s_edge
     _swap(run, "worker0.json.gz", "worker1.json.gz")
     line = _refused(capsys, "analyze", "--json", run)
     assert f"{run}/{said}" in line, line
+
+
+def test_an_mxnet_worker_s_trace_copied_over_another_s_is_refused_as_read(tmp_path, capsys):
+    """Worker 0's trace copied over worker 1's read silently (the copy check compared the spans binned into each worker's
+    steps from the manifest, which differ): the spans as read are the same."""
+    run = copy_fixture(tmp_path, "mxnet/user_bow_2bit")
+    shutil.copy(run / "worker0.json.gz", run / "worker1.json.gz")
+    line = _refused(capsys, "analyze", "--json", run)
+    assert f"{run}/worker1.json.gz: holds the same operator spans at the same times as worker0.json.gz (worker 0's)" in line, line
 
 
 def test_a_compressed_run_s_server_without_dequantize_spans_is_said(tmp_path, capsys):
