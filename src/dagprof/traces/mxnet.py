@@ -600,7 +600,8 @@ def _lost_spans(times: list[float], name: str, path: str) -> list[RunWarning]:
 def _misaligned(calls: dict[int, int], w: int, path: str) -> list[RunWarning]:
     """A worker pushes its keys once per step, each call inside the step its Python timed: profiled steps holding unequal
     numbers of calls mean the trace's clock and the manifest's step times of worker ``w`` disagree, as when two workers'
-    traces are swapped (mx.profiler records no worker id). A warning, not a refusal: the swap moves the answer little."""
+    traces whose profiler edges lie too close to tell (``_check_window``) are swapped. A warning, not a refusal: such a
+    swap moves the answer little."""
     counts = list(calls.values())
     if len(set(counts)) < 2:
         return []
