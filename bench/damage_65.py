@@ -76,7 +76,7 @@ FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f65-reshard-wfs": (["whatif", "RUN", "--reshard-after-forward", "on", "--no-trace", "-o", "OUT"], ("with-fsdp",), False),
     "f65-dtype-wfs": (["whatif", "RUN", "--reduce-dtype", "bfloat16", "--no-trace", "-o", "OUT"], ("with-fsdp",), False),
     "f65-bucket-wfs": (["whatif", "RUN", "--bucket-mb", "4", "--no-trace", "-o", "OUT"], ("with-fsdp",), False),
-    "f65-cores-wfs": (["whatif", "RUN", "--cores", "1", "--no-trace", "-o", "OUT"], ("with-fsdp",), False),
+    "f65-cores-wfs": (["whatif", "RUN", "--cores", "1", "--no-trace", "-o", "OUT"], ("with-fsdp",), True),  # two ranks on one core
     "f65-link-w4-wfs": (["whatif", "RUN", "--link-from", str(d63.W4), "--link-to", str(d63.W4), "--no-trace", "-o", "OUT"],
                         ("with-fsdp",), False),
     "f65-link-w2-wfs": (["whatif", "RUN", "--link-from", str(d63.W2), "--link-to", str(d63.W2), "--no-trace", "-o", "OUT"],

@@ -89,3 +89,15 @@ def test_a_job_s_own_collectives_in_a_group_described_as_dp_are_not_dp(tmp_path)
     for f in run.iterdir():
         edit_json(f, lambda doc: doc["distributedInfo"]["pg_config"][0].update(pg_desc="mesh_dp"))
     assert _dims(run) == {"DP": 6, "job-own": 36}
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["sgd", "RUN"], "RUN/rank0.json: no all-reduce cost for 2 workers: give --net, an OSU table or a measured comm log (it measured "
+                     "no all-reduce at 2 workers)"),
+    (["optimize", "RUN", "--budget", "1", "-o", "OUT"], "RUN: the search of reshard, units and reduce dtype: this job's units are "
+                                                         "torch's FSDP-based replicate()")])
+def test_refusals_on_replicate_with_fsdp_name_the_run(tmp_path, capsys, argv, said):
+    """``sgd`` and ``optimize`` of a ``replicate_with_fsdp`` run were refused in one line naming neither the run nor a flag."""
+    run = str(DATA / "replicate/with-fsdp")
+    line = _refused(capsys, *[{"RUN": run, "OUT": str(tmp_path)}.get(a, a) for a in argv])
+    assert said.replace("RUN", run) in line, line
