@@ -191,9 +191,12 @@ def _strategy_edit(damage: str, doc: dict) -> None:
         doc["fsdp"]["units"] = []
 
 
-def apply_one(script: str, strategy: str, damage: str) -> None:
-    """In this process (world size 1, gloo): the script's two roots built as it builds them, the strategy applied; a
-    ``DagprofError`` printed as the CLI prints one (exit 2), anything else raised."""
+def apply_all(script: str, cases: list[str]) -> None:
+    """In this process (world size 1, gloo; torch imported once): for each ``PATH=DAMAGE`` of ``cases`` the script's two roots
+    built as it builds them and the strategy applied; one JSON line each: exit 0, a ``DagprofError`` (2) with its text, or
+    anything else raised (a traceback)."""
+    import traceback
+
     import torch.distributed as dist
 
     from dagprof import apply
@@ -202,16 +205,18 @@ def apply_one(script: str, strategy: str, damage: str) -> None:
     sys.path.insert(0, str(di.REPO / "bench" / "fsdp_fresh"))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0", WORLD_SIZE="1")
     dist.init_process_group("gloo")
-    roots = _roots(script)
-    try:
-        if damage == "roots-reversed":
-            roots = roots[::-1]
-        apply(roots[0] if damage == "one-module" else roots, strategy)
-    except DagprofError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        dist.destroy_process_group()
+    for case in cases:
+        path, _, damage = case.rpartition("=")
+        roots = _roots(script)
+        try:
+            apply(roots[0] if damage == "one-module" else roots[::-1] if damage == "roots-reversed" else roots, path)
+            rc, err = 0, ""
+        except DagprofError as e:
+            rc, err = 2, f"error: {e}"
+        except Exception:  # noqa: BLE001 - a crash is this sweep's finding
+            rc, err = 1, traceback.format_exc()
+        print(json.dumps({"damage": damage, "rc": rc, "err": err}), flush=True)
+    dist.destroy_process_group()
 
 
 def _roots(script: str) -> list:
@@ -243,6 +248,7 @@ def apply_sweep(out: Path, src: str, timeout: float, scripts: list[str]) -> list
         if not clean.is_file():
             print(f"{script}: optimize wrote no strategy ({made.stderr.strip()[-200:]})")
             continue
+        cases = []
         for damage in APPLY_DAMAGES:
             path = base / f"{damage}.json"
             text = clean.read_text()
@@ -255,25 +261,29 @@ def apply_sweep(out: Path, src: str, timeout: float, scripts: list[str]) -> list
                 _strategy_edit(damage, doc)
                 text = json.dumps(doc)
             path.write_text(text)
-            try:
-                p = subprocess.run([sys.executable, __file__, "--apply-one", script, str(path), damage], env=env,
-                                   capture_output=True, text=True, timeout=timeout)
-                rc, err = p.returncode, p.stderr
-            except subprocess.TimeoutExpired:
-                rc, err = "hang", ""
-            lines = [x for x in err.splitlines() if x.strip() and "Warning" not in x and not x.startswith(" ")]
-            last = lines[-1] if lines else ""
+            cases.append(f"{path}={damage}")
+        try:
+            p = subprocess.run([sys.executable, __file__, "--apply-all", script, *cases], env=env, capture_output=True, text=True,
+                               timeout=timeout)
+            done = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+        except subprocess.TimeoutExpired as e:
+            done = [json.loads(x) for x in (e.stdout or b"").decode().splitlines() if x.startswith("{")]
+        for case in cases:
+            path, _, damage = case.rpartition("=")
+            got = next((d for d in done if d["damage"] == damage), {"rc": "hang", "err": ""})
+            rc, err = got["rc"], got["err"]
+            last = err.strip().splitlines()[-1] if err.strip() else ""
             if rc == "hang" or "Traceback" in err:
                 cls = "hang" if rc == "hang" else "traceback"
             elif rc == 0:
                 cls = "clean-ok" if damage == "clean" else "silent"
-            elif rc == 2 and (str(path) in last or damage in ("roots-reversed", "one-module")) and len(lines) == 1:
+            elif rc == 2 and (path in last or damage in ("roots-reversed", "one-module")) and len(err.strip().splitlines()) == 1:
                 cls = "refused"
             else:
                 cls = "refused-vague"
             verdict = "good" if cls in ("clean-ok", "refused") else "bad"
             rows.append({"kind": f"apply-{script}", "damage": damage, "argv": "apply", "json": False, "cmd": 0, "rc": rc,
-                         "class": cls, "verdict": verdict, "number": None, "clean": None, "stderr": last[:300], "file": str(path),
+                         "class": cls, "verdict": verdict, "number": None, "clean": None, "stderr": last[:300], "file": path,
                          "line": f"apply {script} {path}"})
             print(f"apply-{script:8} {damage:16} rc={rc!s:4} {cls:13} {verdict:5} {last[:150]}", flush=True)
     return rows
@@ -287,8 +297,8 @@ def register() -> None:
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["--apply-one"]:
-        apply_one(*sys.argv[2:5])
+    if sys.argv[1:2] == ["--apply-all"]:
+        apply_all(sys.argv[2], sys.argv[3:])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/damage65/cases")
