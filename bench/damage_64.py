@@ -230,20 +230,26 @@ APPLIES = {**dict.fromkeys(API, ("realnvp",)), **dict.fromkeys(ROOTS, ROOTED), *
            **dict.fromkeys(PYFN, (STACK,))}
 
 
-def make_case(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None:
-    """This file's damages; the others (and the flags) as ``damage_63`` makes them."""
-    if kind.only and damage not in kind.only and damage not in d63.FLAGS:
-        return None
-    if damage not in EDITS:
-        return d63.make_case(kind, damage, root)
-    if kind.name not in APPLIES[damage]:
-        return None
-    copied = d63.d58.clean_copy(kind, damage, root)
-    if copied is None:
-        return None
-    case, arg = copied
-    t = case / kind.target
-    return (arg, str(t)) if d63._edit_json(t, EDITS[damage]) else None
+def case_maker(edits: dict, applies: dict, fallback):
+    """A ``make_case`` for a damage file's own JSON edits (``edits``, on the kinds ``applies`` names for each); the other
+    damages (and the flags) as ``fallback`` makes them."""
+    def make(kind: di.Kind, damage: str, root: Path) -> tuple[Path, str] | None:
+        if kind.only and damage not in kind.only and damage not in d63.FLAGS:
+            return None
+        if damage not in edits:
+            return fallback(kind, damage, root)
+        if kind.name not in applies[damage]:
+            return None
+        copied = d63.d58.clean_copy(kind, damage, root)
+        if copied is None:
+            return None
+        case, arg = copied
+        t = case / kind.target
+        return (arg, str(t)) if d63._edit_json(t, edits[damage]) else None
+    return make
+
+
+make_case = case_maker(EDITS, APPLIES, d63.make_case)  # this file's damages; the others as ``damage_63`` makes them
 
 
 SAME_WORDS = re.compile(r"its unit \d+ is (.+), rank \d+'s \1: ")

@@ -126,10 +126,10 @@ def test_a_dcp_saves_collectives_are_the_jobs_own_after_the_optimizer_step(capsy
     assert len(nodes) == 18 and set(ranks.tolist()) == {2}  # re-priced by link what-ifs in their 2-rank group
     assert main(["analyze", str(FRESH / "dcp-kineto")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "job-own 6.0 collectives" in out and "issued after the step's optimizer step" in out
+    assert "job-own 6.0 collectives" in out and "issued between an optimizer step and the next forward pass" in out
     assert main(["whatif", str(FRESH / "dcp-kineto"), "--bandwidth", "200Mbit", "--no-trace"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "18 collectives in the 3 profiled steps ran after their step's optimizer step (in the range 'checkpoint'; no " \
+    assert "18 collectives in the 3 profiled steps ran between an optimizer step and the next forward pass (in the range 'checkpoint'; no " \
         "backward op nor named range" in out and "link what-ifs re-price the 18 of known size and group" in out
     assert main(["whatif", str(FRESH / "dcp-kineto"), "--workers", "4", "--no-trace"]) == 0  # refused while they were unknown
     out = " ".join(capsys.readouterr().out.split())

@@ -64,6 +64,11 @@ def _predict(args, folder: str | None) -> dict:
     notes = list(profile.meta.warnings)
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
     comm = comm_model(profile, args.net, args.osu, args.comm_log, notes, args.link_model)
+    for n in sorted({w for w in args.workers if w > 1} - set(comm.measured)):
+        try:
+            comm.link(n)
+        except DagprofError as err:  # said of the input, which measured none there (a replicate() or FSDP run's layers)
+            raise DagprofError(f"{err} (it measured no all-reduce at {n} workers)", profile.source) from None
     if not 0 <= args.jitter <= MAX_JITTER:
         raise DagprofError(f"--jitter takes a sample count from 0 to {MAX_JITTER:,}, got {args.jitter}")
     if args.jitter and profile.step_backward_us is None:

@@ -222,7 +222,7 @@ def refuse_replicated_by_fsdp(g: Graph, what: str) -> None:
     if is_fsdp_graph(g) and any(u.mesh_dims == ["replicate"] for u in g.meta.fsdp.units):
         raise DagprofError(f"{what}: this job's units are torch's FSDP-based replicate() (replicate_with_fsdp: FSDP2 units on a "
                            "1-D 'replicate' mesh, each all-reduced after its backward), which only the link's what-ifs answer "
-                           "(--bandwidth, --latency, --link-to)")
+                           "(--bandwidth, --latency, --link-to)", g.meta.source)
 
 
 def mesh_of(g: Graph) -> tuple[int, int]:

@@ -632,7 +632,7 @@ def _hybrid_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
 
 
 def _job_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
-    """What the answers do with the job's own collectives (``Dim.JOB``: issued after the step's optimizer step, a DCP save's
+    """What the answers do with the job's own collectives (``Dim.JOB``: issued between an optimizer step and the next forward, a DCP save's
     object gathers and broadcasts), which ``--workers`` scaled as gradient traffic while they read "DP" from their group:
     link what-ifs re-price those of known size and group at their profiled size (``passes.comm.job_comm``), worker
     what-ifs keep them as profiled, since how they grow with more ranks (a save's plans, gathered to one) the trace does
@@ -647,7 +647,7 @@ def _job_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     if any(s.workers is None for s in scenarios if _reprices_link(s)):
         what.append(f"link what-ifs re-price the {priced} of known size and group at their profiled size"
                     + (f", the {n - priced} others keep their measured time" if n > priced else ""))
-    return [f"{n} collectives in the {len(g.meta.steps)} profiled steps ran after their step's optimizer step "
+    return [f"{n} collectives in the {len(g.meta.steps)} profiled steps ran between an optimizer step and the next forward pass "
             f"({'; '.join(par.aside(Aside.JOB_OWN))}): the job's own (a checkpoint's, a logger's), no gradients, not in the link fit; "
             + "; ".join(what)]
 

@@ -44,8 +44,9 @@ def check_same_job(ranks: list[RankTrace], folder: str) -> None:
 
 def refuse_copies(ranks: list[RankTrace], folder: str) -> None:
     """Two ranks with the same events at the same times are one rank's trace twice: a copy of its file, for a format whose
-    trace names no rank (mx.profiler's, an XPlane beside a rank file that says the rank). Two processes never time every
-    op alike; the step marks, which a reader may take from elsewhere (a manifest), are left out."""
+    trace names no rank (an XPlane beside a rank file that says the rank; MXNet's reader checks its spans as read,
+    ``mxnet._refuse_copy``). Two processes never time every op alike; the step marks, which a reader may take from
+    elsewhere (a manifest), are left out."""
     seen: dict[bytes, RankTrace] = {}
     for t in ranks:
         ev = t.events

@@ -33,6 +33,7 @@ the process's outside the profiled window (``unprofiled_cpu_us``: what the profi
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -46,7 +47,6 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from ..intervals import covered
-from .completeness import refuse_copies
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
@@ -65,6 +65,8 @@ COMPRESSED_PUSH, QUANTIZE = "KVStoreDistCompressedPush", "QuantizeCPU"
 # the collector marks each worker's trace with its rank (an instant marker of its ``dagprof`` domain, as MXNet 1.9.1 writes
 # it: ``{"name": "worker 1", "cat": "dagprof,instant_marker", "ph": "n", ...}``); traces collected before 2026-12-07 lack it
 RANK_MARK = ("dagprof,instant_marker", re.compile(r"worker (\d+)"))
+STOP_CALL = "MXKVStoreGetType"  # the collector's stop asks the kvstore's type just before it stops the profiler (``_check_window``)
+EDGE_US = 2.0  # a trace's times are whole microseconds, the manifest's step times nanoseconds (``_check_window``)
 KVSTORE = "KVStore"  # the kvstore's engine ops (pushes, pulls, their pinned-memory helpers) begin so
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", COMPRESSED_PUSH,
             ROW_SPARSE_PUSH)
@@ -350,15 +352,15 @@ _WORKER_NAMED = re.compile(r"worker\d+\.json(?:\.gz)?")
 
 def read_mxnet_run(folder: str) -> Run:
     man = _Manifest(folder)
-    ranks, per_worker = [], {}
+    ranks, per_worker, seen = [], {}, {}
     for w in sorted(man.worker_files):
-        trace, pushes = _read_worker(man, w)
+        trace, pushes = _read_worker(man, w, seen)
         ranks.append(trace)
         per_worker[w] = pushes
-    refuse_copies(ranks, folder)  # mx.profiler records no worker id: a worker's trace copied over another's reads as that worker
     base_ns = min(t.base_ns for t in ranks)
-    busy, server_warnings = _server_busy(man, per_worker)
-    ps = PsRecord(compression=_compression(man, per_worker),
+    compression = _compression(man, per_worker)
+    busy, server_warnings = _server_busy(man, per_worker, compression)
+    ps = PsRecord(compression=compression,
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[_ps_key(man, k) for k in sorted(man.keys.values(), key=lambda k: k.key)],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
@@ -410,11 +412,13 @@ def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]], inside: boo
             if (k in man.profiled) == inside]
 
 
-def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
+def _read_worker(man: _Manifest, w: int, seen: dict[bytes, tuple[int, str]]) -> tuple[RankTrace, list[dict]]:
+    """Worker ``w``'s trace, and its pushes; ``seen``: the workers read so far by a digest of their operator spans."""
     path = man.worker_files[w]
     doc = _load(path)
-    _check_rank_mark(doc, w, path)
+    marked = _check_rank_mark(doc, w, path)
     ops, api, procs, unpaired = _ops(doc, path)
+    _refuse_copy(ops, w, seen, path)
     sparse = sum(o.name in (ROW_SPARSE_PUSH, ROW_SPARSE_PULL) for o in ops)
     if sparse and not any(k.grad_stype == "row_sparse" for k in man.keys.values()):  # how many rows each carries is the collector's
         raise DagprofError(f"{sparse} row_sparse pushes and pulls ({ROW_SPARSE_PUSH}/{ROW_SPARSE_PULL}), but {MANIFEST} names no "
@@ -427,6 +431,8 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
         gap = max(ops[0].start - last_us, first_us - max(o.end for o in ops))
         raise DagprofError(f"its operators are {gap / 1e6:.0f} s from worker {w}'s profiled steps in {os.path.basename(man.path)}: "
                            "another run's trace", path)
+    if not marked:
+        _check_window(doc, man, w, path)
     base_us = steps[0][1] // 1000 - 1000  # a millisecond before the first profiled step
     base_ns = base_us * 1000
     bounds = np.array([[a / 1e3, b / 1e3] for _, a, b in steps])
@@ -534,8 +540,9 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     return trace, pushes
 
 
-def _check_rank_mark(doc: dict, w: int, path: str) -> None:
-    """Refuse a trace whose collector's marks (``RANK_MARK``) name another worker than ``w``, the one the manifest lists it as."""
+def _check_rank_mark(doc: dict, w: int, path: str) -> bool:
+    """Refuse a trace whose collector's marks (``RANK_MARK``) name another worker than ``w``, the one the manifest lists it
+    as; whether the trace is marked."""
     cat, pattern = RANK_MARK
     events = doc.get("traceEvents") if isinstance(doc.get("traceEvents"), list) else []
     named = {int(m.group(1)) for e in events if isinstance(e, dict) and e.get("cat") == cat
@@ -543,6 +550,42 @@ def _check_rank_mark(doc: dict, w: int, path: str) -> None:
     if named and named != {w}:
         raise DagprofError(f"its collector marked it as worker {', '.join(map(str, sorted(named)))}, but {MANIFEST} lists it as "
                            f"worker {w}'s trace: workers' traces swapped or renamed", path)
+    return bool(named)
+
+
+def _refuse_copy(ops: list[_Op], w: int, seen: dict[bytes, tuple[int, str]], path: str) -> None:
+    """Refuse worker ``w``'s trace where another worker's holds the same operator spans: a copy of that worker's trace (two
+    processes never time every op alike). Compared as read, before the spans are binned into ``w``'s steps from the
+    manifest, which tell the copy apart (``completeness.refuse_copies``, after them, read such a copy as the worker)."""
+    digest = hashlib.sha256(np.array([(o.start, o.end) for o in ops], dtype=float).tobytes()).digest()
+    other, where = seen.setdefault(digest, (w, path))
+    if ops and other != w:
+        raise DagprofError(f"holds the same operator spans at the same times as {os.path.basename(where)} (worker {other}'s): a "
+                           f"copy of that worker's trace, not worker {w}'s; profile the job again", path)
+
+
+def _check_window(doc: dict, man: _Manifest, w: int, path: str) -> None:
+    """Refuse an unmarked trace (collected before ``RANK_MARK``) whose events begin before worker ``w`` started its
+    profiler, or end before it stopped it where the trace ends on the stop's own call (``STOP_CALL``). The collector starts
+    the profiler just before it times the step before the window (``profiled[0] - 1``) and stops it just after it timed the
+    window's last step, on each worker's own clock: the 46 vendored worker traces begin 14-702 us after their own start, the
+    44 that end on the stop's call 17-1592 us after their own stop (the first collector's two end on another call, 17-18 us
+    before it), and each of the 27 pairs of workers in their 22 runs, swapped, begins or ends before the other worker's
+    edge (by 4 us to 160 ms); workers whose edges lie closer than that read alike either way."""
+    rows = {k: (a / 1e3, b / 1e3) for k, a, b in man.steps.get(w, [])}
+    first, last = rows.get(man.profiled[0] - 1), rows.get(man.profiled[-1])
+    timed = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") != "M" and type(e.get("ts")) in (int, float)]
+    if not timed or first is None or last is None:
+        return
+    early = first[0] - min(e["ts"] for e in timed)
+    end = max((e for e in timed if e.get("ph") != "C"), key=lambda e: e["ts"], default={})  # not the counters it writes after
+    short = last[1] - end["ts"] if end.get("name") == STOP_CALL else 0.0
+    if early > EDGE_US:
+        raise DagprofError(f"its first event is {early / 1e3:.2f} ms before worker {w} started its profiler (the start of step "
+                           f"{man.profiled[0] - 1} in {MANIFEST}): another worker's trace (workers' traces swapped or renamed?)", path)
+    if short > EDGE_US:
+        raise DagprofError(f"its last event, the profiler's stop, is {short / 1e3:.2f} ms before worker {w} stopped it (the end of "
+                           f"step {man.profiled[-1]} in {MANIFEST}): another worker's trace (workers' traces swapped or renamed?)", path)
 
 
 def _lost_spans(times: list[float], name: str, path: str) -> list[RunWarning]:
@@ -557,7 +600,8 @@ def _lost_spans(times: list[float], name: str, path: str) -> list[RunWarning]:
 def _misaligned(calls: dict[int, int], w: int, path: str) -> list[RunWarning]:
     """A worker pushes its keys once per step, each call inside the step its Python timed: profiled steps holding unequal
     numbers of calls mean the trace's clock and the manifest's step times of worker ``w`` disagree, as when two workers'
-    traces are swapped (mx.profiler records no worker id). A warning, not a refusal: the swap moves the answer little."""
+    traces whose profiler edges lie too close to tell (``_check_window``) are swapped. A warning, not a refusal: such a
+    swap moves the answer little."""
     counts = list(calls.values())
     if len(set(counts)) < 2:
         return []
@@ -582,9 +626,10 @@ def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
     return {k: (b - a) / 1e3 for k, a, b in man.steps.get(w, []) if k >= stop or k < first - 1}
 
 
-def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[list[ServerBusy], list[RunWarning]]:
+def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]], compression: str = "") -> tuple[list[ServerBusy], list[RunWarning]]:
     """Per server and step, the time the server was busy with the step's pushes and, of it, its engine's copies, sums and
-    optimizer ops; and a warning per server whose ``DEQUANTIZE`` spans lost ends (``_lost_spans``).
+    optimizer ops; and a warning per server whose ``DEQUANTIZE`` spans lost ends (``_lost_spans``) or, the pushes compressed,
+    are fewer than the parts pushed to it (``_dequantized``).
 
     A server receives pushes on one thread: it copies or sums each in (``RECEIVED``) and, once a key's last push is in,
     hands the key to the updater (the optimizer Gluon sent it, run by the server's Python) and waits for it. The updater's
@@ -608,6 +653,8 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
         ops, calls, _, unpaired = _ops(_load(path), path, calls=None)
         warnings += _lost_spans([t for t, name in unpaired if name in SERIAL], DEQUANTIZE, path)
         parts = sum(1 for k in man.keys.values() for srv, _ in pslite_placement(k.key, k.elements, man.servers, man.bound) if srv == s)
+        if compression:
+            warnings += _dequantized(man, per_worker, s, [o.start for o in ops if o.name == DEQUANTIZE], path)
         timed = man.updates.get(s)
         timed = timed if timed is not None and len(timed) else None  # none timed: its waits are not known
         for step in steps:
@@ -638,6 +685,29 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
             out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited))
     return out, warnings
+
+
+def _dequantized(man: _Manifest, per_worker: dict[int, list[dict]], s: int, starts: list[float], path: str) -> list[RunWarning]:
+    """A warning where server ``s`` dequantized fewer parts in the profiled steps (``DEQUANTIZE`` spans from each step's first
+    push to its last) than the workers' compressed pushes put on it: each part of each push is dequantized on its server (86
+    and 22 a step, as many as pushed, in the vendored 2-bit runs), so its spans were removed or renamed, and the server's busy
+    time is read from its other ops alone."""
+    dense = [k for k in man.keys.values() if k.grad_stype != "row_sparse"]
+    share = sum(1 for k in dense for srv, _ in pslite_placement(k.key, k.elements, man.servers, man.bound) if srv == s) / max(len(dense), 1)
+    by_step: dict[int, list[dict]] = {}
+    for p in (p for pushes in per_worker.values() for p in pushes if p["name"] == COMPRESSED_PUSH):
+        by_step.setdefault(p["step"], []).append(p)
+    at = np.sort(np.asarray(starts, dtype=float))
+    pushed = seen = 0
+    for every in by_step.values():
+        lo, hi = min(p["start"] for p in every) - 1.0, max(p["end"] for p in every)
+        pushed += round(len(every) * share)
+        seen += int(np.searchsorted(at, hi, side="right") - np.searchsorted(at, lo))
+    if seen >= pushed:
+        return []
+    return [RunWarning(f"{os.path.basename(path)}: {seen} {DEQUANTIZE} spans in the profiled steps, but the workers' 2-bit compressed "
+                       f"pushes put {pushed} parts on server {s}, each dequantized there (removed or renamed events): its busy time is "
+                       "read without them")]
 
 
 def _worked_from(timed: np.ndarray, first: float, end: float) -> float | None:

@@ -13,8 +13,9 @@ Evidence per collective, strongest first (the first that tells wins):
    that Kineto adds to a dagprof run (in DDP's group, whose ranks are not theirs) are PP and EP/CP, and those it
    shows only inside other ops (``RankMeta.unseen_collectives``) make a group of unknown ranks;
 3. a collective issued after its step's optimizer step (a Kineto trace's ``Optimizer.step#`` range, after the backward
-   pass) exchanges no gradients: the job's own (``Dim.JOB``: a DCP save's object collectives, a logged metric), which link
-   what-ifs re-price at its profiled size and ``--workers`` keeps as profiled, said;
+   pass) or before the step's forward pass (a wrapper's forward range) exchanges no gradients, even in a group described
+   as DP: the job's own (``Dim.JOB``: a DCP save's object collectives, a logged metric), which link what-ifs re-price at
+   its profiled size and ``--workers`` keeps as profiled, said;
 4. the collective itself: send/recv is PP; all-to-all is EP/CP (in the forward pass an embedding or
    expert exchange, in the backward pass its gradient);
 5. where it sits and its size: an all-reduce or reduce-scatter inside the forward pass of at least
@@ -50,6 +51,9 @@ from .meta import InOpGroup
 
 ACTIVATION_MIN_BYTES = 1024  # a forward all-reduce below this is a loss or metric reduction, not evidence of TP
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
+# the ranges torch's data-parallel wrappers record as their forward begins (DDP's, FSDP1's, FSDP2's ``FSDP::pre_forward
+# (fqn)``): the step's forward pass has begun (an op named so, ``aten::nll_loss_forward``, may come after a TP forward's collectives)
+FORWARD_RANGE = re.compile(r"^(Distributed|FullySharded)DataParallel\.(forward|_root_pre_forward|_pre_forward)$|^FSDP::(root_)?pre_forward")
 
 
 class Dim(enum.IntEnum):
@@ -60,7 +64,7 @@ class Dim(enum.IntEnum):
     TP = 2
     PP = 3
     EP_CP = 4
-    JOB = 5  # no mesh dimension: the job's own, issued after its step's optimizer step (a checkpoint's, a logger's)
+    JOB = 5  # no mesh dimension: the job's own, issued between an optimizer step and the next forward (a checkpoint's, a logger's)
 
     @property
     def text(self) -> str:
@@ -99,11 +103,11 @@ _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^
 class Aside(enum.Enum):
     """Why a collective of a data-parallel group carries none of its gradients, as the trace shows it (its evidence reads
     the value): gathered or scattered within the passes (``_fill_from_group``: a loss's in-batch negatives, their backward),
-    or issued after the step's optimizer step, which has already applied them (``_after_update``: a DCP save's object
-    collectives, a logged metric)."""
+    or issued between an optimizer step, which has already applied them, and the next forward pass (``_after_update``: a
+    DCP save's object collectives, a logged metric)."""
 
     ACTIVATIONS = "in a data-parallel group, no gradient exchange"
-    JOB_OWN = "issued after the step's optimizer step: the job's own (a checkpoint's, a logger's), no gradients"
+    JOB_OWN = "issued between an optimizer step and the next forward pass: the job's own (a checkpoint's, a logger's), no gradients"
 
 
 @dataclass(frozen=True)
@@ -407,11 +411,13 @@ def _phases(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
 
 
 def _after_update(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
-    """Per row: does it start after its step's optimizer step (``OPTIMIZER_STEP`` ranges on the host) ended, where that
-    step followed the step's backward pass? The optimizer has applied the step's gradients by then, so what the job
-    exchanges next is its own: a DCP save's object gathers and broadcasts read "DP" from the gradients' all-reduce in
-    their group, and ``--workers`` scaled them as gradient traffic. ZeroRedundancyOptimizer's broadcasts run inside
-    its step, FSDP's gathers in the next step's passes: neither is after it."""
+    """Per row: does it start after its step's optimizer step (``OPTIMIZER_STEP`` ranges on the host) ended, or before the
+    step's first forward range (``FORWARD_RANGE``: the wrapper's, as DDP and FSDP record it), where the step's optimizer
+    step followed its backward pass? The optimizer has applied the gradients by then, and has not yet the next ones, so
+    what the job exchanges there is its own: a DCP save's object gathers and broadcasts, after ``opt.step()`` or at the top
+    of the next iteration, read "DP" from the gradients' all-reduce in their group, and ``--workers`` scaled them as
+    gradient traffic. ZeroRedundancyOptimizer's broadcasts run inside its step, DDP's buffer broadcasts and FSDP's gathers
+    inside the forward ranges and the passes: none is between them."""
     ev = trace.events
     out = np.zeros(len(rows), dtype=bool)
     named = np.array([n.startswith(OPTIMIZER_STEP) for n in ev.names], dtype=bool)
@@ -420,11 +426,15 @@ def _after_update(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
         return out
     steps = np.flatnonzero(named[ev.name] & cpu[ev.lane])
     bwd = np.flatnonzero((ev.kind == Kind.BACKWARD) & cpu[ev.lane])
+    forward = np.array([bool(FORWARD_RANGE.search(n)) for n in ev.names], dtype=bool)
+    fwd = np.flatnonzero(forward[ev.name] & cpu[ev.lane])
     for s in np.unique(ev.step[rows]).tolist():
-        u, b = steps[ev.step[steps] == s], bwd[ev.step[bwd] == s]
+        u, b, f = steps[ev.step[steps] == s], bwd[ev.step[bwd] == s], fwd[ev.step[fwd] == s]
         if len(u) and len(b) and (done := float(ev.end[u].max())) > float(ev.end[b].max()):
             mine = np.flatnonzero(ev.step[rows] == s)
-            out[mine] = ev.start[rows[mine]] >= done
+            t = ev.start[rows[mine]]
+            begun = float(ev.start[f].min()) if len(f) and float(ev.start[f].min()) < float(ev.start[b].min()) else -np.inf
+            out[mine] = (t >= done) | (t < begun)
     return out
 
 
@@ -487,11 +497,12 @@ def _label_rank(trace: RankTrace) -> _Labels:
     for k in range(n):
         name = trace.groups[int(inst.group[k])]
         d = desc_dim(desc.get(name, ""))
-        if d is not Dim.UNKNOWN:
+        job_own = bool(inst.after_update[k]) and inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL
+        if d is not Dim.UNKNOWN and not (d is Dim.DP and job_own):  # a DP group exchanges no gradients there: the job's own
             moved = name in trace.meta.resolved_groups
             dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
             continue
-        if inst.after_update[k] and inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL:
+        if job_own:
             out.set_aside(k, Aside.JOB_OWN, Dim.JOB)
             continue
         if inst.dtensor[k] and int(inst.group[k]) in forward_sizes and inst.bucket[k] < 0:

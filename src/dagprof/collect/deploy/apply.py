@@ -152,12 +152,28 @@ def _apply_roots(roots: list[Any], s: Strategy, source: str | None) -> Applied:
     if all(d is not None for d in done):
         return done[0]
     for k, m in enumerate(roots):
-        validate_fsdp(m, s, source, k)
+        try:
+            validate_fsdp(m, s, source, k)
+        except DagprofError:
+            other = next((j for j in range(len(roots)) if j != k and _fits(m, s, j)), None)
+            if other is None:
+                raise
+            raise DagprofError(f"the module given as root {k} ({type(m).__name__}) is this strategy's root {other}: pass the roots in "
+                               "the order the job first runs them forward, as profiled", source) from None
     plan = Applied(roots if len(roots) > 1 else roots[0], s, source)
     for k, m in enumerate(roots):
         apply_fsdp(m, s, source, k)
         m._dagprof_applied = plan
     return plan
+
+
+def _fits(model: Any, s: Strategy, k: int) -> bool:
+    """Whether ``model`` is the ``k``-th root ``s`` configures (``validate_fsdp`` passes)."""
+    try:
+        validate_fsdp(model, s, None, k)
+    except DagprofError:
+        return False
+    return True
 
 
 def apply_root(model: Any, strategy: Strategy | str | os.PathLike[str], k: int) -> Applied | None:
