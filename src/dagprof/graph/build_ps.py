@@ -11,6 +11,9 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
                                                      gradient; ``_quantize_of_keys``)
     issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
+                    (where the pulls are ops of their own, ``PsRecord.pull_after_ack``: the push's acknowledgement
+                    the same way, the pull op on the worker's main engine thread, its request back into psS,
+                    then the pull: ``graph.collectives._pull_request``)
     done(worker, step) -> the first op that started after both the first push and the last backward
                           op (the pulled weights' copies, then the next step)
     pull of key k -> key in(worker, step, k) -> an op that began before the last pull was in (key k's
