@@ -11,6 +11,9 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
                                                      gradient; ``_quantize_of_keys``)
     issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
+                    (where the pulls are ops of their own, ``PsRecord.pull_after_ack``: the push's acknowledgement
+                    the same way, the pull op on the worker's main engine thread, its request back into psS,
+                    then the pull: ``graph.collectives._pull_request``)
     done(worker, step) -> the first op that started after both the first push and the last backward
                           op (the pulled weights' copies, then the next step)
     pull of key k -> key in(worker, step, k) -> an op that began before the last pull was in (key k's
@@ -107,6 +110,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         return out + [(nodes[k], engine[j]) for k, j in waits]
 
     exchanges = []  # (step, worker, ready node, head node, issue offsets, first push, last pull)
+    apart = False  # some worker's pulls are ops of their own
     row_pulls_in: list[_PullIn] = []
     edges: list[tuple[int, int]] = []
     first_marks = {}
@@ -209,6 +213,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             arrived = base + ev.start[answers] + ev.dur[answers]
             exchanges.append((step, r, ready, grads | segment, quantized, sorted(set(head)), issued, first, last,
                               arrived if split else base + ev.start[answers], arrived))
+            apart |= bool(split)
     keys = ps.keys
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
     key_in: dict[tuple[int, int, int], int] = {}
@@ -250,7 +255,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     g.meta = g.meta.replace(
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=ps.framework, source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
-        ps=msgspec.structs.replace(ps, exchange_us=spans, row_pull_us=row_pull_us),
+        ps=msgspec.structs.replace(ps, exchange_us=spans, row_pull_us=row_pull_us, pull_after_ack=apart),
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), pinned_groups=pinned_groups(run),
         loop_steps=loop_steps(run), warnings=said,
     )
@@ -542,10 +547,11 @@ def is_ps_graph(g: Graph) -> bool:
 
 
 def exchange_nodes(g: Graph) -> np.ndarray:
-    """Mask of the push/sum/pull sub-graphs (``add_ps_part``): nodes on ports and server CPUs, and the
-    device-less latency of each message; the workers' own ops, issues and dones are not."""
+    """Mask of the push/sum/pull sub-graphs (``add_ps_part``): nodes on ports and server CPUs, the device-less latency of
+    each message and a pull op on a worker's engine (every ``Kind.COMM`` node: the measured push/pull ops are none); the
+    workers' own ops, issues and dones are not."""
     ps_dev = np.array([_is_ps_device(d.name) for d in g.devices] + [False])
-    return ps_dev[g.device] | ((g.kind == Kind.COMM) & (g.device < 0))
+    return ps_dev[g.device] | (g.kind == Kind.COMM)
 
 
 def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict | None = None, row_pull_beta_ratio: float | None = None,
@@ -586,6 +592,8 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
         elif name == KEY_IN:
             key_in[at] = int(remap[v])
     n = int(g.meta.world_size)
+    main = g.meta.main_device
+    engines = [main[w] for w in range(n)] if ps.pull_after_ack and all(w in main for w in range(n)) else None
     for step in g.meta.steps:
         per_update, per_byte = update_us(ps, step), link.gamma_us_per_byte * ops_factor(ps, step)
         at_step = replace(link, beta_us_per_byte=link.beta_us_per_byte * step_factors.get(step, 1.0))
@@ -598,7 +606,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             total = sum(nb for _, _, nb in parts)
             for server, pushed, part in parts:
                 ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * per_byte, tag=tag, order=order, step=step, bucket=key,
-                                   pull=not k.row_bytes, pushed=pushed)
+                                   pull=not k.row_bytes, pushed=pushed, engines=engines)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 arrived = [(u, key_in[(step, key, w)]) for w, u in enumerate(ends) if (step, key, w) in key_in]
                 if arrived:  # what the worker ran as this key's pull arrived (its copy)

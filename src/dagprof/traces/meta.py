@@ -206,6 +206,9 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     # are ``KVStoreDistCompressedPush`` (MXNet 1.x's only type): each dense push carries 16 elements a 4-byte word and the
     # pulls the full values (``traces.mxnet.pslite_bytes``); "": none
     compression: Literal["", "2bit"] = ""
+    # the workers' pulls are ops of their own (``kv.push`` then ``kv.pull``; a compressed push), each issued once its push is
+    # acknowledged (``graph.collectives.add_ps_part``'s ``engines``), not answers to a push-pull; graphs only
+    pull_after_ack: bool = False
 
 
 THREAD_NAME_CHARS = 15  # the kernel keeps a thread's name (``/proc/TID/comm``) to this many characters
