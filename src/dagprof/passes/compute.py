@@ -14,6 +14,7 @@ from .comm import exit_lags
 from .comm_cpu import (
     XPLANE_FRAMEWORKS,
     core_wait,
+    ddp_wake_waits,
     gloo_budget,
     lane_cpu,
     lane_work,
@@ -70,6 +71,8 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None,
     CPU time), ``--cores 2`` on 4 workers moved away from the measured step in 12 of those 14 rounds (from -48..+38 %
     to -68..-18 %), and a loaded profile's own configuration, which the queue leaves alone, came out up to 74 % fast.
 
+    DDP ranks on gloo beyond the cores: each collective also waits its rings' extra wake-ups (``comm_cpu.ddp_wake_waits``).
+
     JAX ranks beyond the cores, with a ``replayer`` (``dagprof.replay.replay``; passes sit below the replay layer): gloo's
     thread also waits for a core inside each transfer, a wake-up a ring step, at the load the N ranks put on the cores
     (``_stretched``).
@@ -105,7 +108,11 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None,
             return queue_comm_cpu(g, off_lane_budget(g, priced, remap, wait_per_cpu), host_device, onto=scaled)
         held = profiled_load(g, cores) if g.meta.framework == "jax" and replayer is not None else None
         return queued(0.0) if held is None else _stretched(queued, replayer, on_cores, cores, core_wait(held, cores))
-    return queue_comm_cpu(moved, gloo_budget(moved, per > cores), host_device) if (host_device >= 0).all() else moved  # torch FSDP on gloo: per byte
+    if not (host_device >= 0).all():
+        return moved
+    if per > cores:  # torch DDP on gloo beyond the cores: its rings' extra wake-ups wait for a core
+        moved = ddp_wake_waits(moved)
+    return queue_comm_cpu(moved, gloo_budget(moved, per > cores), host_device)  # torch FSDP on gloo: per byte
 
 
 FIXED_POINT_STEPS = 8  # bisections of the load: within 1/256 of the first replay's
