@@ -118,3 +118,27 @@ def test_a_sparse_gradient_under_the_memory_tracers_floor_is_sized_from_its_look
     run = load(str(older))
     assert all(not any(step.values()) for step in _sparse_gathers(run))
     assert any(str(w).startswith("4 of 4 all-gathers of a sparse gradient") for w in run.meta.warnings)
+
+
+
+def test_a_gradient_pack_of_no_static_shape_carries_the_gradients():
+    """``tf/translator-pack`` (``bench/frameworks/tf_translator_fit.py``: an encoder-decoder Transformer under Keras
+    ``fit`` on bucketed ``Input((None,))`` batches): TF packs every dense gradient into one all-reduce whose traced shape
+    is ``[?]`` (a gradient in it lost its static shape), so the collector kept one row of 4 bytes and no lookups; with
+    nothing to count the rows by it went at 0 B while it took most of the step's collective time. It now carries the
+    model's dense gradient bytes (the collector's ``grad_bytes``: 213,712 float32, the two 2000 x 64 embeddings left
+    out) in every step on both workers, and a slower link grows it; the embeddings' all-gathers keep their own sizes."""
+    pack_bytes = 854848
+    run = load(str(DATA / "tf" / "translator-pack"))
+    for t in run.ranks:
+        ev = t.events
+        comm = np.flatnonzero((ev.kind == Kind.COMM) & (ev.step >= 0))
+        pack = [i for i in comm if ev.name_of(i) == "CollectiveReduceV2_1"]
+        assert len(pack) == len(t.meta.steps_profiled) and (ev.nbytes[pack] == pack_bytes).all()
+        rows = [i for i in comm if "/then/" in ev.name_of(i)]
+        assert rows and all(0 < ev.nbytes[i] < pack_bytes for i in rows)
+    g = open_run(str(DATA / "tf" / "translator-pack")).graph
+    model = set_topology(g, current_topology(g))
+    slow = set_link(model, current_topology(model).inter.bandwidth_bytes_per_s / 10)
+    packs = priced_comm(g) & (g.nbytes == pack_bytes)
+    assert packs.sum() >= 2 and (slow.dur[packs] > 2 * model.dur[packs]).all()

@@ -581,8 +581,7 @@ class _Reader:
         if not self._program_bytes(c):
             self._own_bytes(c)
             self._output_bytes(c)
-            if not self.sizes.nbytes:
-                self._gradient_bytes(c)
+            self._gradient_bytes(c)
         self._xla_seq(c)
         layers = self._layers(c)
         rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
@@ -852,6 +851,9 @@ class _Reader:
         after ``strategy.run``, which is unscoped too), then the shortest name, so every worker makes the same choice.
         Where no step all-gathers (no sparse gradient went out as rows), the Embedding tables' gradients were made
         dense before the exchange and ride in the same pack: their bytes are added.
+        Where the collector read the traced step's sizes, only an all-reduce it found of no static shape is a candidate:
+        a pack holding one gradient whose static shape TF's shape inference lost is ``[?]``: one row of 4 bytes and no
+        lookups to count, so it went at 0 B (``bench/frameworks/tf_translator_fit.py``'s 854,848 B a step).
         """
         if not self.grad_bytes:
             return
@@ -859,7 +861,8 @@ class _Reader:
         for i, coll in zip(self.collectives.event, self.collectives.kind):
             node = self.tab.names[c["name"][i]]
             scope = _CONTROL_FLOW.sub("", node).split("/")[:-1]
-            if coll == CommKind.ALL_REDUCE and c["nbytes"][i] == 0 and (not scope or OPTIMIZER.match(scope[0])):
+            dynamic = not self.sizes.nbytes or _BRANCH_CALL.sub(r"\1/", node) in self.sizes.row_bytes
+            if coll == CommKind.ALL_REDUCE and c["nbytes"][i] == 0 and dynamic and (not scope or OPTIMIZER.match(scope[0])):
                 by_name.setdefault(node, (bool(scope), []))[1].append(i)
         if by_name:
             first = min(int(c["step"][i]) for _, rows in by_name.values() for i in rows)
