@@ -8,6 +8,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
+from dagprof.cli.main import main
 from dagprof.passes.comm_cpu import comm_cpu
 from dagprof.pipeline import open_run
 from dagprof.search import scenario
@@ -46,3 +47,15 @@ def test_on_cores_enough_or_as_profiled_no_waits(profile):
     for s, cores in ((scenario.Scenario(workers=4), 4), (scenario.Scenario(), 2)):
         g = scenario.apply(profile, s, scenario.Cluster(cores=cores), None)
         assert not _waits(g)
+
+
+@pytest.mark.parametrize("fixture, why", [("clip", "recorded no other threads' runs"), ("accum", "recorded no process CPU")])
+def test_a_ddp_profile_without_the_record_says_its_wake_ups_are_not_priced(tmp_path, capsys, fixture, why):
+    """A DDP profile from before gloo's threads were recorded answers ``--workers 4 --cores 2`` without the wake-ups (as
+    main did), and says so in one line with what that missed, as FSDP's profiles do; the moco profile (recorded) says
+    nothing."""
+    for run, said in ((DATA / "ddp-fresh" / fixture, True), (DATA / "ddp-fresh" / "moco", False)):
+        assert main(["whatif", str(run), "--workers", "4", "--cores", "2", "--no-trace"]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        note = f"--cores 2: gloo's wake-ups are not priced beyond the cores: ranks 0, 1 of 2 ranks {why}"
+        assert (note in out and "4 DDP ranks on 2 cores" in out) is said, out

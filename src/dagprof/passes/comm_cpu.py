@@ -247,17 +247,17 @@ def _off_thread(loop: LoopSteps, rank: int) -> list[tuple[StepSched, float]]:
 
 
 def unrecorded_cpu_ranks(g: Graph) -> list[int]:
-    """The ranks of an FSDP profile on gloo whose profiled steps recorded no process CPU: ``comm_cpu`` then has no price
-    and ``--cores`` queues no gloo CPU (``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
-    loop = _gloo_loop(g) if is_fsdp_graph(g) and g.meta.comm_cpu is None else None
+    """The ranks of a PyTorch profile on gloo whose profiled steps recorded no process CPU: ``comm_cpu`` then has no price
+    and ``--cores`` queues no gloo CPU and no wake-ups (``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
+    loop = _gloo_loop(g) if g.meta.comm_cpu is None else None
     return [] if loop is None else [r for r in sorted(loop.profiled) if not _off_thread(loop, r)]
 
 
 def unrecorded_wake_ranks(g: Graph) -> list[int]:
-    """The ranks of an FSDP profile on gloo, its gloo CPU priced, whose profiled steps did not record the other threads'
-    runs (files before 2026-12-06): ``GlooWake`` then has no price, so more ranks than cores queue no wake-ups
-    (``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
-    loop = _gloo_loop(g) if is_fsdp_graph(g) and comm_cpu(g) is not None else None
+    """The ranks of a PyTorch profile on gloo, its gloo CPU priced, whose profiled steps did not record the other threads'
+    runs (files before 2026-12-06): ``GlooWake`` then has no price, so more ranks than cores queue no wake-ups (FSDP's
+    ``gloo_budget``, DDP's ``ddp_wake_waits``; ``passes.compute.gloo_cpu_note`` says so); [] elsewhere."""
+    loop = _gloo_loop(g) if comm_cpu(g) is not None else None
     return [] if loop is None else [r for r in sorted(loop.profiled) if any(x.others is None for x, _ in _off_thread(loop, r))]
 
 
