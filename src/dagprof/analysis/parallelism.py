@@ -35,10 +35,15 @@ class DimComm:
     inside_us: float = 0.0  # their measured transfers on the comm threads, waits for peers included
     inside_bytes: float = 0.0  # the bytes the collector recorded for their calls (DTensor's functional collectives)
     inside_sized: float = 0.0  # how many of them it recorded
+    # of ``collectives``, those over a process group of one rank (HSDP's replicate all-reduces on a 1xS mesh): their bytes
+    # cross no link, so ``nbytes`` leaves them out
+    alone: int = 0
+    alone_bytes: int = 0
 
     def to_dict(self, per: int = 1) -> dict:
         return {"dim": self.dim.text, "groups": self.groups, "collectives_per_iter": self.collectives / per,
                 "mb_per_iter": self.nbytes / per / MB, "ms_per_iter": self.replayed_us / per / 1e3,
+                "one_rank_group_per_iter": self.alone / per, "one_rank_group_mb_per_iter": self.alone_bytes / per / MB,
                 "inside_ops_per_iter": self.inside_ops / per, "inside_ops_ms_per_iter": self.inside_us / per / 1e3,
                 "inside_ops_mb_per_iter": self.inside_bytes / per / MB, "inside_ops_sized_per_iter": self.inside_sized / per}
 
@@ -55,14 +60,16 @@ def comm_by_dim(g: Graph, result: ReplayResult) -> list[DimComm]:
         for k, v in enumerate((x.count, x.us, x.nbytes, x.sized)):
             row[k] += v / size
         row[4].add(x.group or "not told")
+    one = {f"group {x.name}" for x in g.meta.parallel.groups if len(x.ranks) == 1} if g.meta.parallel is not None else set()
+    alone = np.array([v >= 0 and g.devices[int(v)].name in one for v in g.device[comm]], dtype=bool)
     rows = []
     for d in sorted(set(dims.tolist()) | set(inside), key=lambda d: (d == Dim.UNKNOWN, d)):
-        mine = comm[dims == d]
+        mine, solo = comm[dims == d], alone[dims == d]
         n, us, nbytes, sized, named = inside.get(d, (0.0, 0.0, 0.0, 0.0, set()))
         # the graph's names of its groups (DDP's "0"), else the in-op ones' ranks
         groups = sorted({g.devices[int(v)].name.removeprefix("group ") for v in g.device[mine] if v >= 0} or named)
-        rows.append(DimComm(Dim(d), groups, len(mine), int(g.nbytes[mine].sum()), float((result.end[mine] - result.start[mine]).sum()),
-                            n, us, nbytes, sized))
+        rows.append(DimComm(Dim(d), groups, len(mine), int(g.nbytes[mine[~solo]].sum()), float((result.end[mine] - result.start[mine]).sum()),
+                            n, us, nbytes, sized, int(solo.sum()), int(g.nbytes[mine[solo]].sum())))
     return rows
 
 

@@ -45,6 +45,9 @@ def to_text(r: dict) -> str:
                   + f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
         if any(d["inside_ops_per_iter"] for d in r["communication_by_dim"]):
             lines.append(f"    (inside the ops: {INSIDE_OPS})")
+        lines += [f"    ({d['dim']}: {d['one_rank_group_per_iter']:.1f} of its collectives ran over a group of one rank, "
+                  f"{d['one_rank_group_mb_per_iter']:.3f} MB that cross no link, not in its MB)"
+                  for d in r["communication_by_dim"] if d.get("one_rank_group_per_iter")]
         for grp in (par.get("groups") or [])[:8]:
             label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + (" collective" if sum(grp["collectives"].values()) == 1 else " collectives")
             lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {'; '.join(grp['evidence'])}")

@@ -70,6 +70,7 @@ from .link_fit import (
     priced_comm,
     priced_world_size,
     profiled_collectives,
+    wire_floor,
 )
 
 
@@ -263,7 +264,8 @@ def model_prices(g: Graph, idx: np.ndarray, topo: Topology, spec: CollectiveSpec
 def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) -> np.ndarray:
     """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``), its own time beside its price that no link
     change moves (0 elsewhere): as measured, its time less its stall (``keep_stalls``) less the mean of its kind and size
-    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there.
+    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there. An FSDP
+    job's instances of a kind the profiled wire floored (``passes.link_fit.wire_floor``) keep theirs likewise.
 
     At the profiled link every instance then costs what it measured, and a step follows its own collectives, not their
     means, while each kind and size keeps its mean price. gloo's 2-rank all-gather ends with its first rank out
@@ -277,7 +279,7 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
     (``own_call_link``), as measured or priced."""
     out = np.zeros(len(idx))
     own = own_call_cost(g) is not None
-    if not len(idx) or not (jax_on_gloo(g) or own) or pipelined(g):
+    if not len(idx) or not (jax_on_gloo(g) or own or wire_floor(g) is not None) or pipelined(g):
         return out
     if g.meta.topology is not None or own:
         return g.dur[idx] - model_prices(g, idx, current_topology(g), current_scheme(g))
@@ -286,10 +288,11 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
         own = g.dur[idx] - fitted_stalls(g, fit)[idx]
     except DagprofError:  # nothing fitted: ``retime_collectives`` prices nothing either
         return out
-    _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0, return_inverse=True)
-    like = like.ravel()
-    mean = np.bincount(like, weights=own) / np.bincount(like)
-    out = own - mean[like]
+    if jax_on_gloo(g):
+        _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0,
+                            return_inverse=True)
+        like = like.ravel()
+        out = own - (np.bincount(like, weights=own) / np.bincount(like))[like]
     floored = floored_kinds(g, fit)
     if floored:  # a kind's link the wire floored (``passes.link_fit.wire_floor``): its instances keep all they took beside its price
         topo = fit_topology(g, fit)
