@@ -26,7 +26,7 @@ import time
 
 from dagprof.cli.main import main as cli
 from dagprof.collect.jobs.demo_train import DemoConfig, run_demo_training
-from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, steady_from
+from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, resumed_step, steady_from
 from dagprof.pipeline import open_run
 from dagprof.traces.run_schema import STEPS_LOG, rank_file, steps_dir
 
@@ -86,7 +86,7 @@ def analyse(out: str) -> dict:
     g = open_run(out).graph
     cost = measure_profiler_cost(g)
     loop = g.meta.loop_steps
-    unprofiled = job_steps(loop.unprofiled, None, g.meta.job_of, steady_from(loop))
+    unprofiled = job_steps(loop.unprofiled, None, g.meta.job_of, steady_from(loop), resumed_step(loop))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         cli(["whatif", out, "--no-trace", "--allow-model-error", "--json"])

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from dagprof.analysis.foreign_cpu import foreign_cpu  # noqa: E402
 from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
 from dagprof.graph.meta import WARMUP_STEPS  # noqa: E402
-from dagprof.passes.profiler_cost import MIN_STEPS, job_steps  # noqa: E402
+from dagprof.passes.profiler_cost import MIN_STEPS, job_steps, resumed_step  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Scenario  # noqa: E402
 from dagprof.search.whatif import evaluate  # noqa: E402
@@ -179,11 +179,11 @@ def measured(out: str) -> dict:
 
 
 def unprofiled_steps_us(g) -> list[float]:
-    """The job's steps outside the profiled window past its warm-up, each the slowest rank's (``GraphMeta.job_of``), us: what
+    """The job's steps outside the profiled window past its warm-up, each as ``job_steps`` joins it (the slowest rank's), us: what
     a what-if's 90 % interval is for (``analysis.interval``: a run's median step, without the profiler's cost). ``[]``
     where the run did not time them (``GraphMeta.loop_steps``)."""
     loop = g.meta.loop_steps
-    return [] if loop is None else job_steps(loop.unprofiled, None, g.meta.job_of, WARMUP_STEPS)
+    return [] if loop is None else job_steps(loop.unprofiled, None, g.meta.job_of, WARMUP_STEPS, resumed_step(loop))
 
 
 # Payload bytes per frame on the shaped loopback: a 1448 B TCP segment (timestamps on) in a 1514 B Ethernet frame. The wire's

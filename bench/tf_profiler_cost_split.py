@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 from whatif_cli import Refused, whatif_json  # noqa: E402
 
 from dagprof.errors import DagprofError  # noqa: E402
-from dagprof.passes.profiler_cost import job_sched, job_steps, measure_profiler_cost, steady_from  # noqa: E402
+from dagprof.passes.profiler_cost import job_sched, job_steps, measure_profiler_cost, resumed_step, steady_from  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def split(run: str) -> dict:
     loop = g.meta.loop_steps
     if loop is None:
         return {"run": run, "error": "no unprofiled steps timed"}
-    base = job_steps(loop.unprofiled, None, g.meta.job_of, steady_from(loop))
+    base = job_steps(loop.unprofiled, None, g.meta.job_of, steady_from(loop), resumed_step(loop))
     if not base:
         return {"run": run, "error": "no unprofiled steps past the warm-up"}
     cost = measure_profiler_cost(g)

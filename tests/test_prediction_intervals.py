@@ -153,7 +153,8 @@ def test_the_unprofiled_floor_counts_neither_the_drift_nor_the_level_s_error_twi
     level = run_level(moved, measure_profiler_cost(moved), False)
     assert level.drift > 0.15 and "drift" in level.terms
     slowest = max(m.values())
-    sides = [slowest * before[s] for s in (0, 1)], [slowest * x for x in after.values()]
+    # step 5, the first after the window, as the rank that began it last timed it (``profiler_cost.job_steps``): the least
+    sides = [slowest * before[s] for s in (0, 1)], [(min(m.values()) if s == 5 else slowest) * x for s, x in after.items()]
     change = np.median(sides[1]) - np.median(sides[0])
     shift = change * np.sqrt(1 - (np.hypot(*(median_stderr(x) for x in sides)) / change) ** 2)
     together = [x + shift / 2 for x in sides[0]] + [x - shift / 2 for x in sides[1]]
@@ -281,15 +282,15 @@ def test_the_link_term_is_the_fit_s_error_not_its_bias():
     assert widened.hi_us > plain.hi_us and predict_interval(modelled, res, residuals=np.full(3, 1.3)).hi_us == plain.hi_us
 
 
-@pytest.mark.parametrize("kept,medians,steps", [("loaded-embed", 2, 27), ("quiet-embed", 5, 49)])
+@pytest.mark.parametrize("kept,medians,steps", [("loaded-embed", 3, 33), ("quiet-embed", 5, 48)])
 def test_kept_runs_medians_against_the_interval(kept, medians, steps, tmp_path):
     """Two kept ``bench_optimize.py --keep`` runs (2 ranks, ``bench/ddp_heldout_embed.py``, 200 Mbit/s), the interval for the
     defaults' median step from the searched profile against each later verification run's median step (as ``--verify``
-    and ``bench/bench_coverage.py`` judge it). Quiet (load 1.4-1.9): 273 ms (268-278), 5 of 6 runs' medians inside
-    (271.6-278.4 ms; the last just above). Loaded (load 2.9-3.8): 284 ms (269-299), 2 of 4 inside: the last two ran at
-    302.6 and 311.0 ms, the machine's level moved after the profile by more than anything the profile measures. Single
-    steps spread wider than a run's median: 27 of 44 and 49 of 66 inside (48 before the ``shared_cores`` bounds: the
-    namespaces' ranks are recorded on one host, and the high end rose by 0.0-0.3 % of the point). In both, the 6 unprofiled steps around the
+    and ``bench/bench_coverage.py`` judge it). Quiet (load 1.4-1.9): 273 ms (269-278), 5 of 6 runs' medians inside
+    (271.6-278.4 ms; the last just above). Loaded (load 2.9-3.8): 284 ms (259-305), 3 of 4 inside: the last ran at
+    311.0 ms, the machine's level moved after the profile by more than anything the profile measures. Single
+    steps spread wider than a run's median: 33 of 44 and 48 of 66 inside (27 and 49 before the first step after the window
+    was joined as its later rank timed it, ``profiler_cost.job_steps``: the loaded run's interval 269-299). In both, the 6 unprofiled steps around the
     window (2 before, 4 after) give a run's median a wider interval than the 8 replayed steps do (each the run's median's
     part: both medians' own errors are the profiler cost's), and bound each side from below."""
     g = open_run(KEPT / kept / "run").graph

@@ -163,7 +163,7 @@ def _measure(g: Graph) -> ProfilerCost:
         return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: dagprof's collectors time them in PyTorch, "
                             "Horovod, TensorFlow, JAX and MXNet runs; stock traces and TF/JAX runs recorded by an older dagprof do not)")
     prof = job_steps(loop.profiled, set(g.meta.steps), g.meta.job_of)
-    base = job_steps(loop.unprofiled, None, g.meta.job_of, steady_from(loop))
+    base = job_steps(loop.unprofiled, None, g.meta.job_of, steady_from(loop), resumed_step(loop))
     if len(prof) < 2 or len(base) < MIN_STEPS:
         return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {steady_from(loop)} on; "
@@ -307,16 +307,28 @@ def window_sides(loop: LoopSteps, steps: list[int], join: Callable[[list[float]]
     first, last = min(steps), max(steps)
     ids = set().union(*loop.unprofiled.values())
     return (job_steps(loop.unprofiled, {s for s in ids if s < first}, join, steady_from(loop)),
-            job_steps(loop.unprofiled, {s for s in ids if s > last}, join))
+            job_steps(loop.unprofiled, {s for s in ids if s > last}, join, resumed=resumed_step(loop)))
+
+
+def resumed_step(loop: LoopSteps) -> int | None:
+    """The first step after the profiled window as collected (every rank's), which each rank begins once it has written its
+    trace (``job_steps`` joins it apart); None where nothing was profiled."""
+    ends = [max(d) for d in loop.profiled.values() if d]
+    return max(ends) + 1 if ends else None
 
 
 def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, join: Callable[[list[float]], float],
-              first: int = 0) -> list[float]:
+              first: int = 0, resumed: int | None = None) -> list[float]:
     """Each step that every rank timed, as the job's: its ranks' durations joined by ``join`` (``GraphMeta.job_of``:
-    the slowest rank's, a parameter server's workers' mean)."""
+    the slowest rank's, a parameter server's workers' mean); the ``resumed`` step (``resumed_step``) as the rank that began
+    it last timed it, the least of the ranks' durations: the ranks end the window writing their traces, which end apart,
+    and the first collective after it holds the others for the last (a fresh CRF tagger's ranks paused 1088 and 831 ms
+    there; the second's step then took 330 ms, the first's 76, its CPU 67; in 16 fresh Kineto profiles the ranks paused
+    0.3-1.3 s, and the job's step after the window was the slowest of those after it in 11; docs/evidence.md, branch
+    proflevel65)."""
     common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
     keep = sorted(s for s in common if s >= first and (only is None or s in only))
-    return [join([d[s] for d in per_rank.values()]) for s in keep]
+    return [(min if s == resumed else join)([d[s] for d in per_rank.values()]) for s in keep]
 
 
 def _median(xs: list[float]) -> float | None:
