@@ -1,7 +1,8 @@
 """Held-out what-ifs on fresh user scripts (issues 16, 20): each job profiled at 2 ranks, then measured unprofiled as asked.
 
 Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
-run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``).
+run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``),
+stop 65's DDP GAT (``gat``, ``find_unused_parameters=True``).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -37,7 +38,7 @@ from whatif_cli import Refused, whatif_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_encoder.py", "--shard", "2"],
-        "ppo": ["ddp_fresh/ppo_cartpole.py"], "nerf": ["fsdp_fresh/nerf_rays.py"]}
+        "ppo": ["ddp_fresh/ppo_cartpole.py"], "nerf": ["fsdp_fresh/nerf_rays.py"], "gat": ["ddp_fresh/gat_edges.py"]}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
@@ -47,7 +48,7 @@ PROFILES = {"profile-lo": ("lo", "w4", ("--workers", "2,4", "--cores", "2")),
             "profile-1G": ("1G", "200M", ("--bandwidth", "1Gbit,200Mbit", "--profiled-bandwidth", "1Gbit"))}
 MIN_CELL_S = 25
 GRACE_S = 8
-CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120}  # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
+CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60}  # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
