@@ -114,3 +114,39 @@ def test_a_gap_in_a_block_s_own_code_says_where_it_is(tmp_path):
     gaps = [f.detail for f in findings(a) if f.title == "largest op on the critical path"]
     assert gaps and gaps[0].startswith(("forward between timed layers: ", "backward between timed layers: "))
     assert "code in modules with children outside their leaf modules" in gaps[0] and "timed as a layer" in gaps[0]
+
+
+def test_a_module_s_own_parameters_beside_its_children_are_said_untimed(tmp_path):
+    """A module with parameters of its own beside its children (a hand-written graph attention's score vectors beside its
+    ``lin``: ``bench/ddp_fresh/gat_edges.py``) is no layer: its own arithmetic is the gap, and the finding says so
+    instead of telling a fresh profile to profile again."""
+    torch = pytest.importorskip("torch")
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.out = torch.nn.Linear(4, 64), torch.nn.Linear(64, 2)
+            self.score = torch.nn.Parameter(torch.full((64,), 0.01))
+
+        def forward(self, x):
+            h = self.inp(x) * self.score
+            w, m = torch.ones(8, 128), torch.eye(128) + 0.001
+            with torch.no_grad():  # its own arithmetic between its children, far longer than they (no backward)
+                for _ in range(300):
+                    w = torch.tanh(w @ m)
+            return self.out(h * w.mean())
+
+    class Net(torch.nn.Module):  # not the root: the root's own code is said apart
+        def __init__(self):
+            super().__init__()
+            self.att = Attention()
+
+        def forward(self, x):
+            return self.att(x)
+
+    _profiled(tmp_path, Net(), (8, 4))
+    a = analyze(build_graph(read_run(tmp_path / "run")))
+    gaps = [f.detail for f in findings(a) if f.title == "largest op on the critical path"]
+    assert gaps and gaps[0].startswith("forward between timed layers: ")
+    assert "the code of att, whose parameters no timed layer ran: a module's own arithmetic" in gaps[0]
+    assert "profiled again" not in gaps[0]

@@ -149,3 +149,12 @@ def test_a_job_call_records_the_bytes_its_price_takes(kind, group_times):
     rec = FsdpRecorder(None, [])
     k = rec._job_record(kind, "tensor", inspect.signature(call), (torch.ones(10),), {"group": object()}, FourRanks)
     assert (rec.collectives[k].kind, rec.collectives[k].nbytes) == (kind, 40 * group_times)
+
+
+def test_an_evaluation_metric_is_said_outside_the_passes():
+    """fsdp-fresh/pointnet2-eval: the validation loss's ``dist.all_reduce`` after the evaluation's forwards under
+    ``torch.no_grad`` (the step the next training forward follows) was said "during the forward and backward passes (the
+    model's or its loss's own)": the evaluation's forwards opened the passes. Only the training's passes count now."""
+    said = [w for w in open_run(DATA / "fsdp-fresh" / "pointnet2-eval").warnings if "blocking torch.distributed calls" in w]
+    assert len(said) == 1 and "(1 all_reduce: 1 outside them (the loop's own); which call issued them" in said[0]
+    assert "during the forward and backward passes" not in said[0]

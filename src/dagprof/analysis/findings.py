@@ -155,7 +155,9 @@ _LOOP_GAPS = {
 def _between(a: Analysis, op: str) -> str:
     """Where an ``other:forward``/``other:backward`` gap (time between timed layers) leads the path: the modules whose
     gradients no timed layer's forward ran, whose code it holds (a profile from before ``nn.MultiheadAttention`` was
-    timed as one layer names its attention here, not only "other:forward"); where a gap of the loop's own leads it
+    timed as one layer names its attention here, not only "other:forward"; a GAT layer's own attention parameters beside
+    its ``lin`` child, ``bench/ddp_fresh/gat_edges.py``, were told to profile again, which times nothing more); where a
+    gap of the loop's own leads it
     (``_LOOP_GAPS``), what that can hold."""
     if op in _LOOP_GAPS:
         return (f" (time no hook timed: {_LOOP_GAPS[op]}, and any module run outside the wrapped model there, such as a frozen "
@@ -176,6 +178,8 @@ def _between(a: Analysis, op: str) -> str:
     modules = [m for m in untimed if m not in roots]
     root = (f"the model's own code outside its layers (the root {', '.join(roots)}'s forward, with its own parameters; the loss, "
             "unless a loss module times it)") if roots else ""
-    code = (f"the code of {', '.join(modules[:4])}{' ...' if len(modules) > 4 else ''}, whose parameters no timed layer ran; "
-            "profiled again, an nn.MultiheadAttention or a parametrized module (weight_norm) among them is timed as one layer") if modules else ""
+    code = (f"the code of {', '.join(modules[:4])}{' ...' if len(modules) > 4 else ''}, whose parameters no timed layer ran: "
+            "a module's own arithmetic on parameters of its own beside its children (a hand-written attention's scores) is no "
+            "layer's; only in a profile from before dagprof timed an nn.MultiheadAttention or a weight_norm module as one "
+            "layer are those here too") if modules else ""
     return f" (it holds {'; and '.join(x for x in (root, code) if x)})"

@@ -188,8 +188,12 @@ def _passes(layer_t: np.ndarray, steps: list) -> list[tuple[int, int]]:
 def _job_call_where(starts: list[int], records: np.ndarray, steps: list) -> str:
     """Where the job's own blocking calls ran, which is all the record tells of them: within a step's passes (the model's
     or its loss's: an HSDP dual encoder's differentiable all_gather of in-batch negatives and its backward's scatters were
-    once guessed an evaluation's or a DCP save's) or outside them (the loop's: a save, an evaluation, a metric)."""
-    passes = _passes(_layer_records(records)[0], steps)
+    once guessed an evaluation's or a DCP save's) or outside them (the loop's: a save, an evaluation, a metric). The passes
+    are the training's: forwards under ``torch.no_grad`` do not open them, or an evaluation's metric all-reduce after its
+    forwards, in the step the training's forward follows, was said the model's (``bench/fsdp_fresh/ft_transformer.py``,
+    ``hsdp_pointnet2.py``)."""
+    evaluation = (records[:, Col.CODE] == Rec.FWD_BEGIN) & (records[:, Col.X] == 1)
+    passes = _passes(_layer_records(records[~evaluation])[0], steps)
     inside = sum(any(a <= x <= b for a, b in passes) for x in starts)
     parts = [f"{inside} during the forward and backward passes (the model's or its loss's own)"] * bool(inside)
     parts += [f"{len(starts) - inside} outside them (the loop's own)"] * (len(starts) > inside)
