@@ -12,6 +12,10 @@ model's layers), its median step and its collectives' time per step, for:
 - ``B``: the job measured at the slower rate;
 - ``before``, ``after``: the faster rate's reference jobs around B (where kept).
 
+Row "peer waits" (not a path category; mostly inside "other"): rank 0's negotiations' waits for a peer still receiving the
+previous response's tail, per step (the nodes' ``exit_lag``, from every rank's Horovod trace log; P scales A's by the
+link): a job where one rank left fused all-reduces tens of ms after rank 0 shows it here, not in the collectives.
+
 The last columns: P less B, and the what-if's change less the measured one ((P - model) - (B - A)). A part that moved
 between A and B alike in both references (the job's level) is the load; one that moved only between the rates and that
 P misses is the model's. With ``--steps``, each job's replayed steps, collectives per step (ms) and transfers per step
@@ -37,6 +41,7 @@ from dagprof.analysis.interval import step_times  # noqa: E402
 from dagprof.passes.link_fit import priced_comm  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.replay import replay  # noqa: E402
+from dagprof.traces.events import CommRole  # noqa: E402
 
 CATEGORIES = ("communication", "framework overhead", "forward", "backward", "update", "other", "memcpy")
 SIDES = ("before", "after")
@@ -58,7 +63,8 @@ def split(g) -> dict[str, float]:
     """ms per step on the critical path by category, the path's total, the median step and the collectives per step."""
     steps = len(np.unique(g.step[g.step >= 0]))
     cp = critical_path(g, replay(g))
-    return ({c: cp.by_category.get(c, 0.0) / steps / 1e3 for c in CATEGORIES}
+    waits = (g.role == CommRole.NEGOTIATION) & (g.rank >= 0)
+    return ({c: cp.by_category.get(c, 0.0) / steps / 1e3 for c in CATEGORIES} | {"peer waits": g.exit_lag[waits].sum() / steps / 1e3}
             | {"path": cp.total_us / steps / 1e3, "median step": median_step_ms(g), "collectives": comm_per_step_ms(g)})
 
 
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = {col: split(g) for col, g in graphs.items()}
     print(f"{args.kept} {args.name} round {args.round} (ms per step)")
     print(f"{'':20s}" + "".join(f"{c:>9s}" for c in rows) + f"{'P-B':>9s}{'chg err':>9s}")
-    for key in (*CATEGORIES, "path", "median step", "collectives"):
+    for key in (*CATEGORIES, "peer waits", "path", "median step", "collectives"):
         r = {c: rows[c][key] for c in rows}
         print(f"{key:20s}" + "".join(f"{v:9.1f}" for v in r.values())
               + f"{r['P'] - r['B']:9.1f}{(r['P'] - r['model']) - (r['B'] - r['A']):9.1f}")
