@@ -10,7 +10,7 @@ the cores (N x process / C). Then the step: the 2-worker job's unprofiled median
 replayed median; its collectives' transfer per step, ``comm_per_step_ms``, own cores) and the N-worker job's unprofiled
 median (and its collectives' as measured: issue to done, with the waits for slower ranks and for a core). What the
 prediction carries of each CPU category is the 2-worker profile's (a copied rank's; its off-lane CPU, gloo's thread and the
-rest, grown as the ring's bytes a rank sends, ``passes.comm_cpu.ring_growth``), so the rest of a category's 2 -> N growth
+rest, grown as a call's ring steps, ``passes.comm_cpu.ring_growth``), so the rest of a category's 2 -> N growth
 is what the what-if leaves out of the queue. The waits are as recorded (the prediction's are its queue's, not split here).
 ``load``: a job's own (its ranks' CPU over the cores' time in its step), the prediction's its replay's (the fixed point its
 collectives' waits for a core are priced at).

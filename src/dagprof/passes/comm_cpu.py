@@ -26,7 +26,7 @@ step by bytes. The lanes' CPU is their threads' own where the collector recorded
 and the pools whose threads carry the lanes, ``tf_Compute``; JAX's client lanes, whose threads bear the process's name, by
 the thread whose CPU a step follows the lane's op time: ``lane_threads``), else a stand-in: the lanes' op time scaled by the
 training thread's CPU over its runnable time. JAX's off-lane CPU is gloo's threads' (its busy thread), which send the ring's
-bytes: on more workers it grows as those a rank sends (``ring_growth``); kept 2 -> 4 JAX rounds on 2 cores
+bytes a ring step at a time: on more workers it grows as a call's ring steps (``ring_growth``); kept 2 -> 4 JAX rounds on 2 cores
 (``bench/jax_workers_categories.py``) had gloo's thread 0.96-2.1x (median 1.18) its 2-worker CPU a step, and queuing it at
 the 2-worker amount left the prediction 8-31 % short. Its waits for a core inside the transfer (a wake-up a ring step) are
 priced at the load of the N ranks' own replayed step (``core_wait``, ``passes.compute.share_cores``).
@@ -446,7 +446,7 @@ def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
     lanes' CPU and the queue adds the sharing of the ranks asked for: their threads' recorded CPU a step over their op
     time (``RankCpu.lanes_us``), else the rank's CPU over wall (``RankCpu.on_core``, a stand-in). The rest of the
     process's CPU (the collective executor's, gRPC's and the runtime's threads, off the lanes; JAX's gloo threads, grown
-    with the workers as the ring's bytes a rank sends: ``ring_growth``) is its budget (``off_lane_budget``). None where
+    with the workers as a call's ring steps: ``ring_growth``) is its budget (``off_lane_budget``). None where
     not priced: not such a run, the ranks within the cores, or a rank's CPU not recorded (``passes.compute.process_cpu_note``
     says so)."""
     cpu = rank_cpu(g)
@@ -467,10 +467,13 @@ def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
 
 def ring_growth(profiled: int, workers: int) -> float:
     """How a JAX rank's off-lane CPU a step grows from ``profiled`` ranks to ``workers``: it is gloo's threads' (its busy
-    thread took 7-20 ms a step a rank, the rest of the process 0.2 at most: ``bench/jax_workers_categories.py``), which
-    send and sum the ring's bytes, 2(N-1)/N of each all-reduce a rank; TF's collective executor and gRPC threads are not
-    priced so (``lane_cpu`` keeps theirs)."""
-    return (workers - 1) / workers * profiled / max(profiled - 1, 1) if workers > 1 and profiled > 1 else 1.0
+    thread took 7-20 ms a step a rank, the rest of the process 0.2 at most: ``bench/jax_workers_categories.py``), which run
+    a call's ring a step at a time, N-1 steps a pass (2(N-1) an all-reduce), each a wake-up that polls its socket until its
+    peer's bytes come. XLA runs one gloo call per operand and the calls a step do not change with N, so the thread's CPU
+    grows as the ring steps a call: (N-1)/(n-1). On jax4w60's kept rounds (2 -> 4 workers on 2 cores) it cost 0.22-0.34 ms
+    a call and ring step at 4 workers in all 14 (0.17-0.83 at 2), and grew x1.23-4.64 (median x2.14), where the bytes a
+    rank sends grow x1.5. TF's collective executor and gRPC threads are not priced so (``lane_cpu`` keeps theirs)."""
+    return (workers - 1) / max(profiled - 1, 1) if workers > 1 and profiled > 1 else 1.0
 
 
 def scale_lanes(onto: Graph, g: Graph, priced: dict[int, LaneCpu]) -> Graph:
