@@ -206,14 +206,16 @@ def test_each_profiled_step_exchanges_at_its_own_rate_so_a_long_exchange_leaves_
     (which no push waits for) then set the step, and a short one replayed long left a lag nothing recovered, so the lag
     accumulated: ``user_kv_gru``'s worker 0 replayed +3.1 % as built. Each step now moves its bytes at its own rate
     (``passes.comm.fit_ps_link``): the job within 1.5 %, each step's exchanges within 10 % of the measured ones;
-    the averaged steps exchange at the one rate fitted to the mean exchange. Each worker within 5 %, not 1.5: its pulls
-    are ops on its engine thread (``graph.collectives._pull_request``), and the replay holds a device through the gap
-    before an op, so a pull waits out worker 0's 39 ms a step of engine idle time too (+4.5 / -4.5 %, the job -0.03 %)."""
+    the averaged steps exchange at the one rate fitted to the mean exchange. Its pulls are ops on the engine thread
+    (``graph.collectives._pull_request``): held behind the thread's idle gaps, worker 0's pulls waited out its 52 ms
+    gap of step 6 (+4.5 / -4.5 %); the gaps now wait off the thread (``graph.dag.gaps_apart``). Each worker within 2 %,
+    not 1.5: that step's last pushes began at 147-149 ms measured, after the gap, but the graph issues them once the
+    Python thread's push calls (94 ms) and the gradients it knows of are in, so worker 0's exchange replays 8 ms short."""
     g = open_run(str(KV_GRU)).graph
     res = replay(g)
     replayed, measured = iteration_times(g, res), g.meta.measured_iter_us
     assert abs(sum(replayed.values()) - sum(measured.values())) < 0.015 * sum(measured.values()), (replayed, measured)
-    assert all(abs(replayed[r] - measured[r]) < 0.05 * measured[r] for r in measured), (replayed, measured)
+    assert all(abs(replayed[r] - measured[r]) < 0.02 * measured[r] for r in measured), (replayed, measured)
     factors = dict(g.meta.ps_link_fit.step_factors)
     assert sorted(factors) == list(g.meta.steps) and max(factors.values()) > 1.1 * min(factors.values())
     got, want = {}, {}

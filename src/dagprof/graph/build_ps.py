@@ -59,7 +59,7 @@ from ..traces.meta import PsKey, PsRecord, RowPull
 from ..traces.mxnet import PS_INDEX_BYTES, QUANTIZE, pslite_bytes
 from .build import chosen_steps, host_cpus, loop_steps, measured_iter_us, pinned_groups
 from .collectives import add_ps_part, add_ps_pull, ps_devices
-from .dag import DeviceKind, Graph, GraphBuilder
+from .dag import DeviceKind, Graph, GraphBuilder, gaps_apart
 
 ISSUE = "ps issue"
 DONE = "ps done"
@@ -259,6 +259,8 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), pinned_groups=pinned_groups(run),
         loop_steps=loop_steps(run), warnings=said,
     )
+    if apart:  # a pull op takes its engine thread while the thread waits for work, not after that wait
+        g = gaps_apart(g, np.flatnonzero(np.isin(g.device, list(g.meta.main_device.values()))), "engine idle")
     return rebuild_ps(g, servers, link)
 
 

@@ -415,3 +415,23 @@ def csr_graph(n: int, src: np.ndarray, dst: np.ndarray, **fields: Any) -> Graph:
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return Graph(indptr=indptr, succ=dst.astype(np.int32), **fields)
+
+
+def gaps_apart(g: Graph, v: np.ndarray, label: str) -> Graph:
+    """Each node ``v``'s gap moved into a device-less wait before it (named ``NAME (label)``, after ``v``'s predecessors):
+    the replay holds a node's device through its gap, so where the gap is not the device's work (a thread waiting for
+    work), another node can take the device meanwhile."""
+    v = v[g.gap[v] > 0]
+    if not len(v):
+        return g
+    indptr, pred = g.pred_csr
+    count = indptr[v + 1] - indptr[v]
+    gap = g.gap.copy()
+    gap[v] = 0.0
+    b, _ = GraphBuilder.from_graph(g.replace(gap=gap))
+    wait = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(x))} ({label})") for x in v], np.int32),
+                       kind=g.kind[v], rank=g.rank[v], device=np.full(len(v), -1), gap=g.gap[v],
+                       order=g.order[v], step=g.step[v], layer=g.layer[v])
+    b.add_edges(np.concatenate([pred[indptr[x]:indptr[x + 1]] for x in v]), np.repeat(wait, count))
+    b.add_edges(wait, v)
+    return b.build()

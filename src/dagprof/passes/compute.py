@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
-from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
+from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder, gaps_apart
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..units import count
@@ -165,21 +165,7 @@ def _idle_off_cores(g: Graph, idle: np.ndarray) -> Graph:
     profiles a worker's main engine lane (its ops and gaps) and its second engine thread's ops summed to its process's
     CPU time per step within 0.7 ms (17.8-24.8 against 18.4-24.4 ms), while that thread's gaps, 6-10 ms a step, held
     one of the 2 shared cores in the queue with nothing to run (``--cores 2`` on 4 workers +15 % over the testbed)."""
-    v = np.flatnonzero(idle)
-    v = v[g.gap[v] > 0]  # what the exit lags left
-    if not len(v):
-        return g
-    indptr, pred = g.pred_csr
-    count = indptr[v + 1] - indptr[v]
-    gap = g.gap.copy()
-    gap[v] = 0.0
-    b, _ = GraphBuilder.from_graph(g.replace(gap=gap))
-    wait = b.add_nodes(name=np.array([b.intern(f"{g.node_name(int(x))} (thread idle)") for x in v], np.int32),
-                       kind=g.kind[v], rank=g.rank[v], device=np.full(len(v), -1), gap=g.gap[v],
-                       order=g.order[v], step=g.step[v], layer=g.layer[v])
-    b.add_edges(np.concatenate([pred[indptr[x]:indptr[x + 1]] for x in v]), np.repeat(wait, count))
-    b.add_edges(wait, v)
-    return b.build()
+    return gaps_apart(g, np.flatnonzero(idle), "thread idle")
 
 
 def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
