@@ -10,6 +10,7 @@ from testdata import DATA
 from dagprof.graph.build_ps import exchange_nodes, rebuild_ps
 from dagprof.graph.dag import Graph
 from dagprof.passes import set_link
+from dagprof.passes.compute import share_cores
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.traces.events import Kind
@@ -70,7 +71,8 @@ def test_a_push_pull_job_and_a_rebuilt_graph_are_as_before():
 
 def test_a_pull_op_takes_its_engine_thread_while_the_thread_waits_for_work():
     """The engine thread's idle gaps wait off it (``graph.dag.gaps_apart``), so a pull op whose acknowledgement comes during
-    one runs then, as measured, not after the gap: held behind it, ``user_kv_gru``'s worker 0 replayed +4.5 %."""
+    one runs then, as measured, not after the gap: held behind it, ``user_kv_gru``'s worker 0 replayed +4.5 %. On shared
+    cores (``--cores``) the gaps, the framework's work, still hold a core."""
     g = open_run(str(APART[1])).graph
     res = replay(g)
     engines = np.isin(g.device, list(g.meta.main_device.values()))
@@ -79,3 +81,6 @@ def test_a_pull_op_takes_its_engine_thread_while_the_thread_waits_for_work():
     ops = np.flatnonzero(_named(g, " pull op w"))
     at, lo, hi = res.start[ops][:, None], (res.start[idle] - g.gap[idle])[None, :], res.start[idle][None, :]
     assert ((g.rank[ops][:, None] == g.rank[idle][None, :]) & (lo < at - 1e-6) & (at < hi - 1e-6)).any()
+    shared = share_cores(g, 2)
+    on = _named(shared, "(engine idle)")
+    assert on.sum() == len(idle) and all(shared.devices[d].name == "host0/cpu (2 cores)" for d in shared.device[on])

@@ -66,6 +66,7 @@ DONE = "ps done"
 PULL_ISSUE = "ps row pull issue"  # a forward's row_sparse_pull of a key, per worker and step
 PULLED = "ps rows in"  # its rows arrived: the key's forward op waits for it
 KEY_IN = "ps key in"  # a key's pull arrived on a worker: what ran on it before the exchange's last pull (its copy) waits for it
+ENGINE_IDLE = "engine idle"  # a main engine op's gap, waiting off the thread where the pulls are ops of their own
 
 
 def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None = None) -> Graph:
@@ -260,7 +261,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         loop_steps=loop_steps(run), warnings=said,
     )
     if apart:  # a pull op takes its engine thread while the thread waits for work, not after that wait
-        g = gaps_apart(g, np.flatnonzero(np.isin(g.device, list(g.meta.main_device.values()))), "engine idle")
+        g = gaps_apart(g, np.flatnonzero(np.isin(g.device, list(g.meta.main_device.values()))), ENGINE_IDLE)
     return rebuild_ps(g, servers, link)
 
 
@@ -546,6 +547,13 @@ def scale_server_work(g: Graph, factor: float) -> Graph:
 
 def is_ps_graph(g: Graph) -> bool:
     return g.meta.ps is not None
+
+
+def engine_idle(g: Graph) -> np.ndarray:
+    """Mask of the main engine's gaps that wait off the thread (``ENGINE_IDLE``): the framework's work on a shared core
+    (``passes.compute.share_cores``), though not the engine thread's."""
+    named = [i for i, n in enumerate(g.names) if n.endswith(f" ({ENGINE_IDLE})")]
+    return np.isin(g.name, named) & (g.device < 0)
 
 
 def exchange_nodes(g: Graph) -> np.ndarray:

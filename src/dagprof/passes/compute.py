@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
+from ..graph.build_ps import engine_idle
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder, gaps_apart
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
@@ -99,6 +100,8 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None,
     others = [i for i, d in enumerate(g.devices) if d.rank in g.meta.main_device and i not in main and remap[i] != i]
     idle = np.isin(g.device, others) & (g.gap > 0)
     device = np.where(g.device >= 0, remap[np.maximum(g.device, 0)], -1)
+    waits = np.flatnonzero(engine_idle(g))  # MXNet's main engine gaps waiting off the thread still hold a core
+    device[waits] = host_device[g.rank[waits]]
     on_cores = np.array(list(shared.values()), np.int64)
     priced = lane_cpu(g, per, cores)
     moved = _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
