@@ -2,13 +2,11 @@
 accumulation, and the one-line refusal of a strategy for another model. Plus the strategy file."""
 import json
 import os
-import sys
 
 import pytest
-from testdata import DATA
+from testdata import DATA, worker_results
 
 from dagprof.collect.deploy.strategy import Bucket, Compression, Prediction, Strategy, load_strategy, save_strategy
-from dagprof.collect.jobs.netns import run_ranks
 from dagprof.errors import DagprofError
 
 WORKER = os.path.join(os.path.dirname(__file__), "apply_worker.py")
@@ -17,8 +15,7 @@ WORKER = os.path.join(os.path.dirname(__file__), "apply_worker.py")
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("apply")
-    run_ranks([sys.executable, WORKER, str(out)], 2, str(out), env={"PYTHONPATH": os.pathsep.join(sys.path)}, timeout_s=600)
-    return [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+    return worker_results(WORKER, out)
 
 
 def test_custom_bucket_boundaries_are_what_ddp_rebuilds(results):

@@ -5,11 +5,10 @@ import os
 import sys
 
 import pytest
-from testdata import DATA
+from testdata import DATA, worker_results
 
 from dagprof.cli.main import main
 from dagprof.collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Strategy, load_strategy, save_strategy
-from dagprof.collect.jobs.netns import run_ranks
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.fsdp_optimize import FsdpCandidate, FsdpEvaluator, grouping_specs, predict_fsdp, search_fsdp
@@ -155,8 +154,7 @@ def test_a_strategy_is_priced_on_another_profile_and_refused_on_the_wrong_one():
 def applied(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("apply_fsdp")
-    run_ranks([sys.executable, WORKER, str(out)], 2, str(out), env={"PYTHONPATH": os.pathsep.join(sys.path)}, timeout_s=600)
-    return [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+    return worker_results(WORKER, out)
 
 
 def test_apply_sets_reshard_per_unit_on_a_wrapped_model(applied):

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 
 import pytest
-from testdata import DATA
+from testdata import DATA, worker_results
 
 from dagprof.cli.main import main
 from dagprof.collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Strategy, load_strategy, save_strategy
-from dagprof.collect.jobs.netns import run_ranks
 from dagprof.graph.build import build_graph
 from dagprof.passes.fsdp import set_reshard
 from dagprof.search.fsdp_memory import fsdp_peak
@@ -99,8 +97,7 @@ def test_a_one_root_strategy_file_keeps_its_shape(tmp_path):
 def applied(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("apply_roots")
-    run_ranks([sys.executable, WORKER, str(out)], 2, str(out), env={"PYTHONPATH": os.pathsep.join(sys.path)}, timeout_s=600)
-    return [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+    return worker_results(WORKER, out)
 
 
 def test_apply_configures_each_root_as_the_plan_says(applied):

@@ -100,3 +100,16 @@ def folded_lines(text: str, prefix: str) -> list[str]:
             parts.append(nxt)
         out.append(" ".join(" ".join(parts).split()))
     return out
+
+
+def worker_results(worker: str, out: Path, ranks: int = 2) -> list[dict]:
+    """Run ``worker`` (a test's own script, ``python WORKER OUT``) on ``ranks`` gloo ranks and read the ``rank<R>.json`` each
+    wrote in ``out``: the real-job tests of ``dagprof.apply``."""
+    import json
+    import os
+    import sys
+
+    from dagprof.collect.jobs.netns import run_ranks
+
+    run_ranks([sys.executable, worker, str(out)], ranks, str(out), env={"PYTHONPATH": os.pathsep.join(sys.path)}, timeout_s=600)
+    return [json.load(open(out / f"rank{r}.json")) for r in range(ranks)]
