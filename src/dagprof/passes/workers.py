@@ -188,6 +188,8 @@ def in_pass_gathers(g: Graph) -> np.ndarray:
     op): a loss's differentiable all_gather of in-batch negatives and its backward's scatters, one per rank. Each moves
     every rank's rows, so its bytes, its backward's calls and the compute on what it gathered grow with the workers."""
     shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.JOB) & (g.comm_kind == CommKind.ALL_GATHER))
+    if not len(shared):  # most jobs: no pass spans to lay out
+        return shared.astype(np.int64)
     passes = np.flatnonzero((g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD))
     spans = {}  # (rank, step) -> the passes' first start and last end
     for r, s in {(int(r), int(s)) for r, s in zip(g.rank[passes], g.step[passes])}:
