@@ -103,7 +103,7 @@ _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^
 class Aside(enum.Enum):
     """Why a collective of a data-parallel group carries none of its gradients, as the trace shows it (its evidence reads
     the value): gathered or scattered within the passes (``_fill_from_group``: a loss's in-batch negatives, their backward),
-    or issued between an optimizer step, which has already applied them, and the next forward pass (``_after_update``: a
+    or issued between an optimizer step, which has already applied them, and the next forward pass (``_update_to_forward``: a
     DCP save's object collectives, a logged metric)."""
 
     ACTIVATIONS = "in a data-parallel group, no gradient exchange"
@@ -353,7 +353,7 @@ class _Instances:
     phase: np.ndarray
     bucket: np.ndarray
     dtensor: np.ndarray  # bool: issued by a DTensor op
-    after_update: np.ndarray  # bool: issued after its step's optimizer step (``_after_update``)
+    update_to_forward: np.ndarray  # bool: issued between an optimizer step and the next forward pass (``_update_to_forward``)
 
 
 def _instances(trace: RankTrace) -> _Instances:
@@ -372,7 +372,7 @@ def _instances(trace: RankTrace) -> _Instances:
         nbytes=np.array([int(ev.nbytes[m].max()) for m in members], dtype=np.int64), phase=_phases(trace, first),
         bucket=np.array([int(ev.bucket[m].max()) for m in members], dtype=np.int64),
         dtensor=np.array([bool(inside[m].any()) for m in members], dtype=bool) if members else np.zeros(0, bool),
-        after_update=_after_update(trace, first),
+        update_to_forward=_update_to_forward(trace, first),
     )
 
 
@@ -410,7 +410,7 @@ def _phases(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
     return phase
 
 
-def _after_update(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
+def _update_to_forward(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
     """Per row: does it start after its step's optimizer step (``OPTIMIZER_STEP`` ranges on the host) ended, or before the
     step's first forward range (``FORWARD_RANGE``: the wrapper's, as DDP and FSDP record it), where the step's optimizer
     step followed its backward pass? The optimizer has applied the gradients by then, and has not yet the next ones, so
@@ -497,7 +497,7 @@ def _label_rank(trace: RankTrace) -> _Labels:
     for k in range(n):
         name = trace.groups[int(inst.group[k])]
         d = desc_dim(desc.get(name, ""))
-        job_own = bool(inst.after_update[k]) and inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL
+        job_own = bool(inst.update_to_forward[k]) and inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL
         if d is not Dim.UNKNOWN and not (d is Dim.DP and job_own):  # a DP group exchanges no gradients there: the job's own
             moved = name in trace.meta.resolved_groups
             dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
