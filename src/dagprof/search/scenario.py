@@ -454,9 +454,6 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
     return g, replay(g)
 
 
-LINK_AXES = ("bandwidth", "latency_us", "link_to")  # what a replicate_with_fsdp job answers (``refuse_replicated_by_fsdp``)
-
-
 def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:
     """Whether the job's worker count cannot become ``workers`` whatever else a scenario changes: its workers pass refuses
     that alone, on no cluster settings of the user's (a hybrid job whose other groups span its data-parallel ranks, ZeRO
@@ -477,7 +474,8 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Grap
         raise DagprofError(f"--data-parallel {s.data_parallel} makes this DDP job FSDP; {UNMODELLED[asked[0]]} is not modelled for FSDP yet")
     if is_fsdp_graph(g) and s.data_parallel != "ddp":
         refuse_unmodelled(g, asked)
-    changed = [a.flag for a in AXES if getattr(s, a.name) is not None and a.name not in ("workers", *LINK_AXES)]
+    # a replicate_with_fsdp job answers the link's axes and --workers alone (``refuse_replicated_by_fsdp``)
+    changed = [a.flag for a in AXES if getattr(s, a.name) is not None and a.name != "workers" and a.apply is not _link]
     if changed:
         refuse_replicated_by_fsdp(g, changed[0])
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
