@@ -17,6 +17,7 @@ import atexit
 import os
 import time
 import warnings
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
@@ -43,12 +44,8 @@ def _patch(after_import: Any) -> None:
 
     strategy = os.environ.get(ENV_STRATEGY)
     times_dir = os.environ.get(ENV_TIMES)
-    state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None, "roots": 0}
-
-    def count(module: Any, inputs: Any) -> None:
-        state["forwards"] += 1
-        if state["last"] is None:
-            state["last"] = time.perf_counter()
+    clock = _StepClock()
+    count = clock.count
 
     def ddp_built(ddp: Any) -> None:
         if strategy:
@@ -80,36 +77,54 @@ def _patch(after_import: Any) -> None:
         root.register_forward_pre_hook(count)
 
     def other_root(root: Any) -> None:  # a job of several roots: in the order the profile attached them
-        state["roots"] += 1
+        clock.roots += 1
         if strategy:
-            apply_root(root, strategy, state["roots"])
-
-    def after_step(opt: Any, args: Any, kwargs: Any) -> None:
-        if state["opt"] is None:
-            state["opt"] = id(opt)
-        if state["opt"] != id(opt):
-            return
-        now = time.perf_counter()
-        if state["last"] is None:  # no DDP or FSDP forward counted (a script's own data parallelism): step to step
-            state["last"] = now
-            return
-        state["steps"].append(now - state["last"])
-        state["micro"].append(max(state["forwards"], 1))
-        state["last"], state["forwards"] = now, 0
+            apply_root(root, strategy, clock.roots)
 
     on_ddp_built(after_import, ddp_built, replicate_built)
     after_import("torch.distributed._composable.replicate", count_replicate)
     on_root_forward(after_import, fsdp_root, other_root)
-    register_optimizer_step_post_hook(after_step)
+    register_optimizer_step_post_hook(clock.after_step)
     if times_dir:
-        atexit.register(_write, times_dir, state)
+        atexit.register(_write, times_dir, clock)
 
 
-def _write(folder: str, state: dict) -> None:
-    if not state["steps"]:
+@dataclass
+class _StepClock:
+    """A rank's step times (one step: from its first forward to the first optimizer's ``step()`` end) and the forwards
+    in each (micro-batches), plus the count of extra FSDP roots seen so far."""
+
+    forwards: int = 0
+    last: float | None = None
+    steps: list[float] = field(default_factory=list)
+    micro: list[int] = field(default_factory=list)
+    opt: int | None = None  # id() of the first optimizer that stepped: the one that ends steps
+    roots: int = 0
+
+    def count(self, module: Any, inputs: Any) -> None:
+        self.forwards += 1
+        if self.last is None:
+            self.last = time.perf_counter()
+
+    def after_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if self.opt is None:
+            self.opt = id(opt)
+        if self.opt != id(opt):
+            return
+        now = time.perf_counter()
+        if self.last is None:  # no DDP or FSDP forward counted (a script's own data parallelism): step to step
+            self.last = now
+            return
+        self.steps.append(now - self.last)
+        self.micro.append(max(self.forwards, 1))
+        self.last, self.forwards = now, 0
+
+
+def _write(folder: str, clock: _StepClock) -> None:
+    if not clock.steps:
         return  # not a training rank (the torchrun agent)
     try:
         rank = int(os.environ.get("RANK", "0"))
-        write_times(folder, rank, state["steps"], state["micro"])
+        write_times(folder, rank, clock.steps, clock.micro)
     except Exception as err:  # noqa: BLE001  (never break the user's job at exit)
         warnings.warn(f"dagprof: could not write step times: {err}", RuntimeWarning, stacklevel=2)
