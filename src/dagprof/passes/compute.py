@@ -294,7 +294,7 @@ def gloo_cpu_note(g: Graph, cores: int | None) -> str | None:
     if not cores:
         return None
     fsdp = is_fsdp_graph(g)
-    what = "FSDP" if fsdp else "DDP"
+    what = "FSDP" if fsdp else g.meta.ddp_label  # the job as its outputs name it; the figures below were measured on DDP
     missed = "8.6-12.0 % short in change (5 of 6 kept rounds)" if fsdp else "6.6 % off in change (median of 14 held-out cells; 2.2 % with them)"
     missing = unrecorded_cpu_ranks(g)
     if not missing:
@@ -307,4 +307,4 @@ def gloo_cpu_note(g: Graph, cores: int | None) -> str | None:
     return (f"--cores {cores}: {unpriced}: {_ranks(missing)} of {count(int(g.world_size), 'rank')} "
             "recorded no process CPU in the profiled steps, so the collectives' CPU off the training thread has no price "
             "(profile again with this dagprof to have it priced); the cores queue the ranks' ops only, which predicted 4 "
-            + ("FSDP ranks on 2 cores 7-14 % short in change" if fsdp else f"DDP ranks on 2 cores {missed}"))
+            + ("FSDP ranks on 2 cores 7-14 % short in change" if fsdp else f"{what} ranks on 2 cores {missed}"))
