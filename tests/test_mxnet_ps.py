@@ -26,7 +26,7 @@ from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import evaluate
-from dagprof.traces import mxnet
+from dagprof.traces import mxnet, mxnet_mark
 from dagprof.traces.cpu_sets import cpu_list
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
@@ -501,7 +501,7 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     assert "ms of CPU per" in own_cores_note(p.graph, cores + 1)
     for w, name in json.load(open(os.path.join(out, "mxnet-run.json")))["files"]["workers"].items():  # each trace names its worker
         events = mxnet._load(os.path.join(out, name))["traceEvents"]
-        assert [e["name"] for e in events if e.get("cat") == mxnet.RANK_MARK[0]] == [f"worker {w}"], name
+        assert [e["name"] for e in events if e.get("cat") == mxnet_mark.CATEGORY] == [mxnet_mark.name(w)], name
 
 
 @pytest.mark.mxnet

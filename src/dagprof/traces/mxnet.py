@@ -47,6 +47,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from ..intervals import covered
+from . import mxnet_mark
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
@@ -62,9 +63,6 @@ ROW_SPARSE_PUSH, ROW_SPARSE_PULL = "KVStoreDistRowSparsePush", "KVStoreDistRowSp
 # (``QUANTIZE``, on their engine) and push it as ``COMPRESSED_PUSH``, 16 elements a 4-byte word; each part of a push also
 # carries a meta ps-lite key (its original size, no values: the key and its 4-byte length)
 COMPRESSED_PUSH, QUANTIZE = "KVStoreDistCompressedPush", "QuantizeCPU"
-# the collector marks each worker's trace with its rank (an instant marker of its ``dagprof`` domain, as MXNet 1.9.1 writes
-# it: ``{"name": "worker 1", "cat": "dagprof,instant_marker", "ph": "n", ...}``); traces collected before 2026-12-07 lack it
-RANK_MARK = ("dagprof,instant_marker", re.compile(r"worker (\d+)"))
 STOP_CALL = "MXKVStoreGetType"  # the collector's stop asks the kvstore's type just before it stops the profiler (``_check_window``)
 EDGE_US = 2.0  # a trace's times are whole microseconds, the manifest's step times nanoseconds (``_check_window``)
 KVSTORE = "KVStore"  # the kvstore's engine ops (pushes, pulls, their pinned-memory helpers) begin so
@@ -541,9 +539,9 @@ def _read_worker(man: _Manifest, w: int, seen: dict[bytes, tuple[int, str]]) -> 
 
 
 def _check_rank_mark(doc: dict, w: int, path: str) -> bool:
-    """Refuse a trace whose collector's marks (``RANK_MARK``) name another worker than ``w``, the one the manifest lists it
+    """Refuse a trace whose collector's marks (``mxnet_mark``) name another worker than ``w``, the one the manifest lists it
     as; whether the trace is marked."""
-    cat, pattern = RANK_MARK
+    cat, pattern = mxnet_mark.CATEGORY, mxnet_mark.PATTERN
     events = doc.get("traceEvents") if isinstance(doc.get("traceEvents"), list) else []
     named = {int(m.group(1)) for e in events if isinstance(e, dict) and e.get("cat") == cat
              and (m := pattern.fullmatch(str(e.get("name", ""))))}
@@ -565,7 +563,7 @@ def _refuse_copy(ops: list[_Op], w: int, seen: dict[bytes, tuple[int, str]], pat
 
 
 def _check_window(doc: dict, man: _Manifest, w: int, path: str) -> None:
-    """Refuse an unmarked trace (collected before ``RANK_MARK``) whose events begin before worker ``w`` started its
+    """Refuse an unmarked trace (collected before ``mxnet_mark``) whose events begin before worker ``w`` started its
     profiler, or end before it stopped it where the trace ends on the stop's own call (``STOP_CALL``). The collector starts
     the profiler just before it times the step before the window (``profiled[0] - 1``) and stops it just after it timed the
     window's last step, on each worker's own clock: the 46 vendored worker traces begin 14-702 us after their own start, the

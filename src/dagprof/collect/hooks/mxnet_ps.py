@@ -44,7 +44,7 @@ import sys
 import time
 from typing import Callable
 
-from ...traces import cpu_sets  # standard library only, like this module
+from ...traces import cpu_sets, mxnet_mark  # standard library only, like this module
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # traces.mxnet.VERSION: the reader's
@@ -157,9 +157,9 @@ class profile:
             mx.profiler.set_state("run", profile_process="server")
         kv._barrier()
         mx.profiler.set_state("run")
-        # mx.profiler records no worker id: the trace names its worker itself (``traces.mxnet.RANK_MARK``), so that two
+        # mx.profiler records no worker id: the trace names its worker itself (``traces.mxnet_mark``), so that two
         # workers' traces swapped are refused rather than read as each other's
-        mx.profiler.Marker(mx.profiler.Domain("dagprof"), f"worker {kv.rank}").mark("process")
+        mx.profiler.Marker(mx.profiler.Domain(mxnet_mark.DOMAIN), mxnet_mark.name(kv.rank)).mark("process")
         self.running = True
 
     def _stop(self, mx) -> None:
