@@ -14,9 +14,13 @@ rest, grown as a call's ring steps, ``passes.comm_cpu.ring_growth``), so the res
 is what the what-if leaves out of the queue. The waits are as recorded (the prediction's are its queue's, not split here).
 ``load``: a job's own (its ranks' CPU over the cores' time in its step), the prediction's its replay's (the fixed point its
 collectives' waits for a core are priced at).
+``--per-call``: instead, per job gloo's busy thread's CPU and the collectives' issue to done per gloo call (one per operand,
+``GraphMeta.collective_operands_per_step``) and ring step (2(N-1) an all-reduce), ms: the thread's median and lower quartile
+over the steps above (mean over ranks), the collectives' median over the profiled steps. What ``ring_growth`` carries x3 is
+the 2-worker median; the N-worker job's is what it should meet (kept rounds, 2026-12-07: the quartile is no better).
 No timing: run it anywhere.
 
-    PYTHONPATH=src python bench/jax_workers_categories.py DIR [--only jax_shardmap,jax_two_tower] [--workers 4] [--cores 2]
+    PYTHONPATH=src python bench/jax_workers_categories.py DIR [--only jax_shardmap,jax_two_tower] [--workers 4] [--cores 2] [--per-call]
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.graph.meta import WARMUP_STEPS  # noqa: E402
 from dagprof.passes.comm_cpu import lane_threads, ring_growth  # noqa: E402
 from dagprof.passes.compute import replayed_load  # noqa: E402
+from dagprof.passes.link_fit import priced_comm  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.replay import replay  # noqa: E402
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at  # noqa: E402
@@ -47,6 +52,19 @@ CPU = ("python", "lanes", "gloo", "rest", "process")
 WAIT = ("python", "lanes", "gloo", "rest")
 
 
+def rank_steps(g, r: int) -> tuple[list, set[str], str | None]:
+    """Rank ``r``'s steps recorded by thread (its unprofiled steps past the warm-up, else all), its lanes' thread names
+    (``lane_threads``) and gloo's busy thread (the busiest ``python#TID`` no lane joins; None: none)."""
+    loop = g.meta.loop_steps
+    steps = loop.sched.get(r, {})
+    got = [x for s, x in steps.items() if x.process_cpu_us is not None and x.named is not None
+           and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
+    got = got or [x for x in steps.values() if x.process_cpu_us is not None and x.named is not None]
+    lanes = lane_threads(g, r)
+    unnamed = {n for x in got for n in x.named if is_unnamed_thread(n) and n not in lanes}
+    return got, lanes, max(unnamed, key=lambda n: sum(x.named[n].cpu_us for x in got if n in x.named), default=None)
+
+
 def threads(g) -> dict[str, float]:
     """ms per step and rank: each category's CPU (``CPU``) and waits for a core (``wait ...``), medians over each profiled
     rank's unprofiled steps past the warm-up (else all its recorded steps), meaned over the ranks."""
@@ -54,15 +72,10 @@ def threads(g) -> dict[str, float]:
     if loop is None:
         raise DagprofError("the run did not record its threads a step (no loop_steps)")
     rows = []
-    for r, steps in sorted(loop.sched.items()):
-        got = [x for s, x in steps.items() if x.process_cpu_us is not None and x.named is not None
-               and s >= WARMUP_STEPS and s not in loop.profiled.get(r, {})]
-        got = got or [x for x in steps.values() if x.process_cpu_us is not None and x.named is not None]
+    for r in sorted(loop.sched):
+        got, lanes, gloo = rank_steps(g, r)
         if not got:
             continue
-        lanes = lane_threads(g, r)
-        unnamed = {n for x in got for n in x.named if is_unnamed_thread(n) and n not in lanes}
-        gloo = max(unnamed, key=lambda n: sum(x.named[n].cpu_us for x in got if n in x.named), default=None)
         per = []
         for x in got:
             lane = [c for n, c in x.named.items() if n in lanes]
@@ -80,6 +93,29 @@ def threads(g) -> dict[str, float]:
     return dict(zip(list(CPU) + [f"wait {k}" for k in WAIT], mean.tolist()))
 
 
+def per_call(g) -> dict[str, float]:
+    """ms per gloo call and ring step of ``g`` (``--per-call``): gloo's busy thread's CPU, median and lower quartile over each
+    profiled rank's steps (``threads``' steps and thread; mean over the ranks), and the collectives' issue to done a step
+    (profiled steps, median)."""
+    calls = g.meta.collective_operands_per_step
+    if not calls or g.meta.loop_steps is None:
+        raise DagprofError("the run did not record its collectives' operands and its threads a step")
+    per = calls * 2 * (int(g.world_size) - 1)
+    rows = []
+    for r in sorted(g.meta.loop_steps.sched):
+        got, _, gloo = rank_steps(g, r)
+        if gloo is None:
+            continue
+        cpu = np.array([x.named[gloo].cpu_us if gloo in x.named else 0.0 for x in got]) / per / 1e3
+        rows.append([np.median(cpu), np.quantile(cpu, 0.25)])
+    if not rows:
+        raise DagprofError("no rank recorded its threads by name a step")
+    comm = priced_comm(g)
+    took = np.bincount(g.step[comm], weights=g.dur[comm])[np.unique(g.step[comm])]
+    gloo_median, gloo_quartile = np.mean(rows, axis=0).tolist()
+    return {"calls": calls, "gloo": gloo_median, "gloo q25": gloo_quartile, "comm": float(np.median(took)) / per / 1e3}
+
+
 def predicted(two: str, workers: int, cores: int) -> dict[str, float]:
     """The user's ``dagprof whatif RUN --workers N --cores C``: its replayed median step, the re-priced collectives'
     transfer per step (own cores: the link model's part alone), and the cores' load in its replay (the fixed point its
@@ -95,17 +131,31 @@ def predicted(two: str, workers: int, cores: int) -> dict[str, float]:
     return got
 
 
+def per_call_table(a: argparse.Namespace, kept: list[str]) -> int:
+    """Print each kept round's ``per_call`` at 2 and N workers; how many rounds."""
+    cols = ("gloo", "gloo q25", "comm")
+    print(f"{'round':28s} {'calls':>5s} | 2 workers: " + " ".join(f"{c:>9s}" for c in cols) + f" | {a.workers} workers: "
+          + " ".join(f"{c:>9s}" for c in cols) + f" | {a.workers}w gloo over the 2w median, quartile")
+    for two in kept:
+        p2, p4 = (per_call(open_run(os.path.join(a.kept, two[:-1] + w)).graph) for w in ("2", str(a.workers)))
+        print(f"{two.removeprefix('tbw-').removesuffix('-w2'):28s} {p2['calls']:5.0f} | 2 workers: " + " ".join(f"{p2[c]:9.3f}" for c in cols)
+              + f" | {a.workers} workers: " + " ".join(f"{p4[c]:9.3f}" for c in cols)
+              + f" | {p4['gloo'] / p2['gloo']:5.2f} {p4['gloo'] / p2['gloo q25']:5.2f}", flush=True)
+    return len(kept)
+
+
 def table(a: argparse.Namespace) -> int:
     """Print each kept round's split; how many rounds."""
     names = a.only.split(",") if a.only else None
-    kept = sorted(d for d in os.listdir(a.kept) if (m := re.fullmatch(r"tbw-(.+)-\d+-w2", d)) and (names is None or m[1] in names))
+    kept = sorted(d for d in os.listdir(a.kept) if (m := re.fullmatch(r"tbw-(.+)-\d+-w2", d)) and (names is None or m[1] in names)
+                  and os.path.isdir(os.path.join(a.kept, d[:-1] + str(a.workers))))
+    if a.per_call:
+        return per_call_table(a, kept)
     cols = list(CPU) + [f"wait {k}" for k in WAIT]
     print(f"{'round / job':32s} " + " ".join(f"{c:>12s}" for c in cols) + f" {'demand':>8s} {'comm':>8s} {'step':>8s} {'load':>6s}")
     done = 0
     for two in kept:
         four = os.path.join(a.kept, two[:-1] + str(a.workers))
-        if not os.path.isdir(four):
-            continue
         tag = two.removeprefix("tbw-").removesuffix("-w2")
         t2, t4 = threads(open_run(os.path.join(a.kept, two)).graph), threads(open_run(four).graph)
         m2, m4 = measured(os.path.join(a.kept, two)), measured(four)
@@ -136,6 +186,7 @@ def main() -> None:
     p.add_argument("--only")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--per-call", action="store_true", help="gloo's CPU and the collectives a call and ring step, 2 vs N workers")
     a = p.parse_args()
     if not os.path.isdir(a.kept):
         raise SystemExit(f"jax_workers_categories: {a.kept}: no such folder of kept rounds")
