@@ -13,7 +13,10 @@ Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cel
 - ``profile-1G``: the 2-rank job profiled at 1 Gbit/s, which predicts ``200M`` by ``whatif --bandwidth 200Mbit
   --profiled-bandwidth 1Gbit``;
 - unprofiled: ``lo`` (2 ranks, as profiled), ``w4`` (4 ranks), ``1G`` and ``200M`` (2 ranks on the testbed): rank 0's
-  median step as the script prints it.
+  median step as the script prints it;
+- the HSDP jobs (``WIRE_WORKERS``) also ``w4-1G``: 4 ranks at 1 Gbit/s, which ``profile-1G`` predicts by ``whatif
+  --workers 4 --cores 2 --profiled-bandwidth 1Gbit``, a what-if that rebuilds the collectives of a profile whose wire is
+  known (each floored kind's head start carried, ``passes.comm.carried_own_time``).
 Each cell: predicted, measured, error (median steps), and the change error (the prediction over the model of its profile,
 the same what-if's median step at the profiled setting, against the measured cell over the job measured as profiled in the
 same round), which takes out the level the profiler and the minute's load put the profile at; and the model's own error
@@ -52,10 +55,15 @@ CKPT_FLAG = {"crf": "--ckpt-dir", "swin": "--ckpt"}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
-CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M")}
-# each what-if asks the profiled setting first: its median step is the model's, to hold against the measured twin's median
-PROFILES = {"profile-lo": ("lo", "w4", ("--workers", "2,4", "--cores", "2")),
-            "profile-1G": ("1G", "200M", ("--bandwidth", "1Gbit,200Mbit", "--profiled-bandwidth", "1Gbit"))}
+CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M"), "w4-1G": (4, "1G")}
+WIRE_WORKERS = {"dual", "glow", "hsdptf", "swin"}  # the jobs whose rounds run ``w4-1G``
+# each profile's link (its measured twin is the cell of that name)
+PROFILES = {"profile-lo": "lo", "profile-1G": "1G"}
+# (profile, the cell it predicts, the what-if); each asks the profiled setting first: its median step is the model's, to hold
+# against the measured twin's median
+WHATIFS = [("profile-lo", "w4", ("--workers", "2,4", "--cores", "2")),
+           ("profile-1G", "200M", ("--bandwidth", "1Gbit,200Mbit", "--profiled-bandwidth", "1Gbit")),
+           ("profile-1G", "w4-1G", ("--workers", "2,4", "--cores", "2", "--profiled-bandwidth", "1Gbit"))]
 MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
@@ -112,10 +120,10 @@ def run_round(job: str, out: str, clusters: dict, seed: int, deadline: float) ->
     starts within ``MIN_CELL_S`` of ``deadline`` (``time.monotonic``), and none runs past it or the job's cap."""
     from dagprof.collect.jobs.launch import Bootstrap
 
-    todo = list(PROFILES) + list(CELLS)
+    todo = list(PROFILES) + [c for c in CELLS if c != "w4-1G" or job in WIRE_WORKERS]
     random.Random(seed).shuffle(todo)
     for name in todo:
-        ranks, link = (2, PROFILES[name][0]) if name in PROFILES else CELLS[name]
+        ranks, link = (2, PROFILES[name]) if name in PROFILES else CELLS[name]
         boot = Bootstrap(profile=os.path.join(out, name), steps=WINDOW) if name in PROFILES else Bootstrap()
         cluster = None if RATES[link] is None else clusters[ranks]
         if cluster is not None:
@@ -142,11 +150,11 @@ def measured_ms(out: str, name: str) -> float | None:
 
 def judge(out: str, src: str | None) -> list[dict]:
     rows = []
-    for profile, (as_cell, cell, args) in PROFILES.items():
+    for profile, cell, args in WHATIFS:
         run = os.path.join(out, profile)
-        if not os.path.isdir(run):
+        if not os.path.isdir(run) or not os.path.isdir(os.path.join(out, f"{cell}-logs")):  # not profiled, or the cell never ran
             continue
-        row = {"profile": profile, "cell": cell, "measured_as_ms": measured_ms(out, as_cell), "measured_ms": measured_ms(out, cell)}
+        row = {"profile": profile, "cell": cell, "measured_as_ms": measured_ms(out, PROFILES[profile]), "measured_ms": measured_ms(out, cell)}
         with tempfile.TemporaryDirectory() as tmp:  # whatif writes beside its input: a copy
             try:
                 d = whatif_json(shutil.copytree(run, os.path.join(tmp, profile)), *args, src=src)
@@ -211,13 +219,13 @@ def main() -> int:
         ap.error("give --keep DIR (the rounds are judged afterwards by --offline DIR)")
     print(f"fresh_rounds: into {args.keep}, load {os.getloadavg()[0]:.2f}", flush=True)
     deadline = time.monotonic() + args.budget_s
-    with Cluster(2) as c2:
+    with Cluster(4 if WIRE_WORKERS & set(jobs) else 2) as cluster:  # a 2-rank job on a 4-rank cluster uses its first 2 ports
         for job in random.sample(jobs, len(jobs)):
             base = os.path.join(args.keep, job)
             os.makedirs(base, exist_ok=True)
             k = sum(1 for e in os.listdir(base) if e.startswith("round"))
             os.makedirs(os.path.join(base, f"round{k}"))
-            run_round(job, os.path.join(base, f"round{k}"), {2: c2}, seed=k + 100 * len(job), deadline=deadline)
+            run_round(job, os.path.join(base, f"round{k}"), {2: cluster, 4: cluster}, seed=k + 100 * len(job), deadline=deadline)
     print(f"fresh_rounds: done, load {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 
