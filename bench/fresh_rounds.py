@@ -3,8 +3,9 @@
 Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
 run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``), six more DDP
 scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, stop 65's DDP GAT (``gat``,
-``find_unused_parameters=True``), and two that stop 66 held out for it (``dqn``, a Double DQN; ``retrieval``, a dual encoder of asynchronous
-collectives).
+``find_unused_parameters=True``), two that stop 66 held out for it (``dqn``, a Double DQN; ``retrieval``, a dual encoder of
+asynchronous collectives), and stop 66's HSDP scripts, each profiled 1x2 with ``--shard 2`` (4 ranks run 2x2): a Glow
+normalizing flow (``glow``, new), the causal transformer (``hsdptf``) and the Swin classifier (``swin``).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -13,7 +14,10 @@ Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cel
 - ``profile-1G``: the 2-rank job profiled at 1 Gbit/s, which predicts ``200M`` by ``whatif --bandwidth 200Mbit
   --profiled-bandwidth 1Gbit``;
 - unprofiled: ``lo`` (2 ranks, as profiled), ``w4`` (4 ranks), ``1G`` and ``200M`` (2 ranks on the testbed): rank 0's
-  median step as the script prints it.
+  median step as the script prints it;
+- the HSDP jobs (``WIRE_WORKERS``) also ``w4-1G``: 4 ranks at 1 Gbit/s, which ``profile-1G`` predicts by ``whatif
+  --workers 4 --cores 2 --profiled-bandwidth 1Gbit``, a what-if that rebuilds the collectives of a profile whose wire is
+  known (each floored kind's head start carried, ``passes.comm.carried_own_time``).
 Each cell: predicted, measured, error (median steps), and the change error (the prediction over the model of its profile,
 the same what-if's median step at the profiled setting, against the measured cell over the job measured as profiled in the
 same round), which takes out the level the profiler and the minute's load put the profile at; and the model's own error
@@ -45,25 +49,35 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         "ddpm": ["ddp_fresh/ddpm_unet_ema.py"], "capsnet": ["ddp_fresh/capsnet_scaler.py"], "tied": ["ddp_fresh/ckpt_static_tied.py"],
         "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"],
         # stop 66's held-out DDP scripts for --workers 4 --cores 2 (crfcpu66)
-        "dqn": ["ddp_fresh/dqn_replay.py"], "retrieval": ["ddp_fresh/async_retrieval.py"]}
+        "dqn": ["ddp_fresh/dqn_replay.py"], "retrieval": ["ddp_fresh/async_retrieval.py"],
+        # stop 66's HSDP scripts (hsdp66)
+        "glow": ["fsdp_fresh/hsdp_glow.py", "--shard", "2"], "hsdptf": ["fsdp_fresh/hsdp_transformer.py", "--shard", "2"],
+        "swin": ["fsdp_fresh/hsdp_swin.py", "--shard", "2"]}
+# the jobs that save a checkpoint: its directory's flag (each round's own, not the shared default under $TMPDIR)
+CKPT_FLAG = {"crf": "--ckpt-dir", "swin": "--ckpt"}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
-CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M")}
-# each what-if asks the profiled setting first: its median step is the model's, to hold against the measured twin's median
-PROFILES = {"profile-lo": ("lo", "w4", ("--workers", "2,4", "--cores", "2")),
-            "profile-1G": ("1G", "200M", ("--bandwidth", "1Gbit,200Mbit", "--profiled-bandwidth", "1Gbit"))}
+CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M"), "w4-1G": (4, "1G")}
+WIRE_WORKERS = {"dual", "glow", "hsdptf", "swin"}  # the jobs whose rounds run ``w4-1G``
+# each profile's link (its measured twin is the cell of that name)
+PROFILES = {"profile-lo": "lo", "profile-1G": "1G"}
+# (profile, the cell it predicts, the what-if); each asks the profiled setting first: its median step is the model's, to hold
+# against the measured twin's median
+WHATIFS = [("profile-lo", "w4", ("--workers", "2,4", "--cores", "2")),
+           ("profile-1G", "200M", ("--bandwidth", "1Gbit,200Mbit", "--profiled-bandwidth", "1Gbit")),
+           ("profile-1G", "w4-1G", ("--workers", "2,4", "--cores", "2", "--profiled-bandwidth", "1Gbit"))]
 MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
-         "grulm": 75, "dqn": 60, "retrieval": 60}
+         "grulm": 75, "dqn": 60, "retrieval": 60, "glow": 90, "hsdptf": 60, "swin": 90}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
 def command(job: str, scratch: str) -> list[str]:
     script, *args = JOBS[job]
-    ckpt = ["--ckpt-dir", os.path.join(scratch, "ckpt")] if job == "crf" else []  # not the shared default under $TMPDIR
+    ckpt = [CKPT_FLAG[job], os.path.join(scratch, "ckpt")] if job in CKPT_FLAG else []
     return [sys.executable, os.path.join(HERE, script), *args, *ckpt]
 
 
@@ -109,10 +123,10 @@ def run_round(job: str, out: str, clusters: dict, seed: int, deadline: float) ->
     starts within ``MIN_CELL_S`` of ``deadline`` (``time.monotonic``), and none runs past it or the job's cap."""
     from dagprof.collect.jobs.launch import Bootstrap
 
-    todo = list(PROFILES) + list(CELLS)
+    todo = list(PROFILES) + [c for c in CELLS if c != "w4-1G" or job in WIRE_WORKERS]
     random.Random(seed).shuffle(todo)
     for name in todo:
-        ranks, link = (2, PROFILES[name][0]) if name in PROFILES else CELLS[name]
+        ranks, link = (2, PROFILES[name]) if name in PROFILES else CELLS[name]
         boot = Bootstrap(profile=os.path.join(out, name), steps=WINDOW) if name in PROFILES else Bootstrap()
         cluster = None if RATES[link] is None else clusters[ranks]
         if cluster is not None:
@@ -139,11 +153,11 @@ def measured_ms(out: str, name: str) -> float | None:
 
 def judge(out: str, src: str | None) -> list[dict]:
     rows = []
-    for profile, (as_cell, cell, args) in PROFILES.items():
+    for profile, cell, args in WHATIFS:
         run = os.path.join(out, profile)
-        if not os.path.isdir(run):
+        if not os.path.isdir(run) or not os.path.isdir(os.path.join(out, f"{cell}-logs")):  # not profiled, or the cell never ran
             continue
-        row = {"profile": profile, "cell": cell, "measured_as_ms": measured_ms(out, as_cell), "measured_ms": measured_ms(out, cell)}
+        row = {"profile": profile, "cell": cell, "measured_as_ms": measured_ms(out, PROFILES[profile]), "measured_ms": measured_ms(out, cell)}
         with tempfile.TemporaryDirectory() as tmp:  # whatif writes beside its input: a copy
             try:
                 d = whatif_json(shutil.copytree(run, os.path.join(tmp, profile)), *args, src=src)
@@ -208,13 +222,13 @@ def main() -> int:
         ap.error("give --keep DIR (the rounds are judged afterwards by --offline DIR)")
     print(f"fresh_rounds: into {args.keep}, load {os.getloadavg()[0]:.2f}", flush=True)
     deadline = time.monotonic() + args.budget_s
-    with Cluster(2) as c2:
+    with Cluster(4 if WIRE_WORKERS & set(jobs) else 2) as cluster:  # a 2-rank job on a 4-rank cluster uses its first 2 ports
         for job in random.sample(jobs, len(jobs)):
             base = os.path.join(args.keep, job)
             os.makedirs(base, exist_ok=True)
             k = sum(1 for e in os.listdir(base) if e.startswith("round"))
             os.makedirs(os.path.join(base, f"round{k}"))
-            run_round(job, os.path.join(base, f"round{k}"), {2: c2}, seed=k + 100 * len(job), deadline=deadline)
+            run_round(job, os.path.join(base, f"round{k}"), {2: cluster, 4: cluster}, seed=k + 100 * len(job), deadline=deadline)
     print(f"fresh_rounds: done, load {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 

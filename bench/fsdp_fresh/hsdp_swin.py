@@ -9,16 +9,20 @@ Habits it exercises, as users write them (no other fresh script has them togethe
   smoothing, SGD with Nesterov momentum and a ``OneCycleLR``, ``clip_grad_norm_``;
 - a top-1 evaluation between epochs (counts all-reduced), a ``torch.distributed.checkpoint`` save at the end, print on
   rank 0 only.
+Without a profiler it prints its median training step from step 4 on (``bench/fresh_rounds.py`` reads it).
 
     dagprof profile -o runs/swin -- torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/hsdp_swin.py --steps 16
     torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/hsdp_swin.py --memory /tmp/swin-mem   # each step's peak
+    torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/hsdp_swin.py --shard 2    # 1x2 (2x2 on 4 ranks)
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -107,11 +111,13 @@ def main() -> None:
     p.add_argument("--epoch-steps", type=int, default=6)
     p.add_argument("--no-mp", action="store_true", help="no MixedPrecisionPolicy")
     p.add_argument("--ckpt", default=os.path.join(tempfile.gettempdir(), "swin_dcp"))
+    p.add_argument("--shard", type=int, default=0, help="the shard degree, the replicate degree the rest (default: half the ranks)")
     p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
+    shard = args.shard or world // 2
+    mesh = init_device_mesh("cpu", (world // shard, shard), mesh_dim_names=("replicate", "shard"))
     torch.manual_seed(0)
     model = Swin()
     mp = None if args.no_mp else MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -133,13 +139,14 @@ def main() -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from heap_peak import StepPeaks
     peaks = StepPeaks(args.memory, model, opt)
-    step, epoch = 0, 0
+    step, epoch, times = 0, 0, []
     while step < args.steps:
         sampler.set_epoch(epoch)
         model.train()
         for x, y in loader:
             if step >= args.steps:
                 break
+            t0 = time.perf_counter()
             with peaks.step():
                 loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
                 loss.backward()
@@ -147,6 +154,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             sched.step()
+            times.append(time.perf_counter() - t0)
             if rank == 0 and step % 4 == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.3f} lr {sched.get_last_lr()[0]:.4f}", flush=True)
             step += 1
@@ -159,6 +167,8 @@ def main() -> None:
         if rank == 0:
             print(f"epoch {epoch} top-1 {hits[0] / hits[1]:.3f}", flush=True)
         epoch += 1
+    if rank == 0 and len(times) > 4:
+        print(f"median step {1000 * statistics.median(times[4:]):.1f} ms over {len(times) - 4} steps", flush=True)
     dcp.save({"model": model.state_dict()}, checkpoint_id=args.ckpt)
     if rank == 0:
         print(f"saved checkpoint to {args.ckpt}", flush=True)

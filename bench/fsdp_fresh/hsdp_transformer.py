@@ -6,13 +6,17 @@ Habits it exercises, as users write them (not dagprof's own fsdp_train.py, nor t
 - pre-norm blocks with ``F.scaled_dot_product_attention(is_causal=True)`` and a GELU MLP, a learned position table;
 - AdamW with two parameter groups (no weight decay on norms, biases and embeddings), a warm-up then cosine schedule
   (``LambdaLR``), ``clip_grad_norm_`` on the DTensor gradients, ``zero_grad(set_to_none=True)``.
+Without a profiler it prints its median step from step 4 on (``bench/fresh_rounds.py`` reads it).
 
     dagprof profile -o runs/hsdp-tf -- torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/hsdp_transformer.py --steps 12
+    torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/hsdp_transformer.py --shard 2    # 1x2 (2x2 on 4 ranks)
 """
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -64,10 +68,12 @@ def main() -> None:
     p.add_argument("--ctx", type=int, default=32)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--replicate", type=int, default=2)
+    p.add_argument("--shard", type=int, default=0, help="the shard degree, the replicate degree the rest (default: from --replicate)")
     args = p.parse_args()
     dist.init_process_group("gloo")
     world = dist.get_world_size()
-    mesh = init_device_mesh("cpu", (args.replicate, world // args.replicate), mesh_dim_names=("replicate", "shard"))
+    shard = args.shard or world // args.replicate
+    mesh = init_device_mesh("cpu", (world // shard, shard), mesh_dim_names=("replicate", "shard"))
     torch.manual_seed(0)
     model = LM(args.vocab, args.dim, args.layers, heads=4, ctx=args.ctx)
     for block in model.blocks:
@@ -81,7 +87,9 @@ def main() -> None:
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(args.steps - warm, 1))))
     g = torch.Generator().manual_seed(dist.get_rank())
     model.train()
+    times: list[float] = []
     for step in range(args.steps):
+        t0 = time.perf_counter()
         idx = torch.randint(0, args.vocab, (args.batch, args.ctx + 1), generator=g)
         logits = model(idx[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), idx[:, 1:].reshape(-1))
@@ -90,8 +98,11 @@ def main() -> None:
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
         if dist.get_rank() == 0 and step % 5 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
+    if dist.get_rank() == 0 and len(times) > 4:
+        print(f"median step {1000 * statistics.median(times[4:]):.1f} ms over {len(times) - 4} steps", flush=True)
     dist.destroy_process_group()
 
 

@@ -145,11 +145,13 @@ def current_scheme(g: Graph) -> CollectiveSpec:
 
 
 def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None,
-                       lags_on: Topology | None = None) -> Graph:
+                       lags_on: Topology | None = None, own_us: np.ndarray | None = None) -> Graph:
     """Every COMM node priced by the model, and the exit lags at its consumers scaled with the link's time per byte
     (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
     size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
-    that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
+    that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all,
+    and ``own_us`` (per node of ``g``), the time each rebuilt collective keeps beside its price (``carried_own_time`` of
+    the collective it was rebuilt from; default none)."""
     fit, fitted = _measured_link(g) if lags_on is None else (None, None)  # fitted once for every pass below
     if topo is None:
         topo = fitted or current_topology(g)
@@ -164,7 +166,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     idx = np.flatnonzero(priced_comm(g))
-    own_time = instance_residuals(g, idx, fit) if lags_on is None else np.zeros(len(idx))
+    own_time = instance_residuals(g, idx, fit) if lags_on is None else (np.zeros(len(idx)) if own_us is None else own_us[idx])
     if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
         g = keep_stalls(g, fit)
     dur, gap = g.dur.copy(), g.gap.copy()
@@ -299,6 +301,22 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
         kinds = _kind_labels(g, idx, kinds_apart(g, topo))
         on = np.isin(kinds, floored)
         out[on] = (own - model_prices(g, idx, topo, current_scheme(g), kinds))[on]
+    return out
+
+
+def carried_own_time(g: Graph) -> np.ndarray:
+    """Per node of ``g``, us: the time each priced collective keeps beside its price (``instance_residuals``) where a
+    known wire floors its kind (``wire_floor``; 0 elsewhere), for a pass that rebuilds the collectives to give each
+    rebuilt one its source's (``retime_collectives``' ``own_us``). Without it a rebuilt collective of a floored kind costs
+    the wire's price alone: the HSDP dual encoder's 1 Gbit/s profile (``tests/data/fsdp-fresh/dual-1x2-1gbit``) with
+    ``--profiled-bandwidth 1Gbit`` predicted ``--workers 2``, its own layout, at 244 ms against its model's 236 (+3.5 %),
+    and ``--workers 4`` (2x2) +3.1 % over the same what-if without the wire: the head start its small collectives
+    measured (``passes.link_fit.wire_floor``) lost wherever the workers changed."""
+    out = np.zeros(len(g))
+    if wire_floor(g) is None:
+        return out
+    idx = np.flatnonzero(priced_comm(g))
+    out[idx] = instance_residuals(g, idx)
     return out
 
 

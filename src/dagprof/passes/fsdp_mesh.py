@@ -71,7 +71,7 @@ from ..graph.provenance import provenance
 from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
-from .comm import current_topology, retime_collectives
+from .comm import carried_own_time, current_topology, retime_collectives
 from .fsdp_units import collective_nodes, enqueue_pieces, is_cut_piece, without_nodes
 from .link_fit import graph_world_size, hybrid
 from .workers import _copy_ranks, data_parallel_degree, scale_workers
@@ -153,15 +153,18 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     if (replicate, shard) == (r0, s0):
         return g
     src = g if world == w0 else _copy_ranks(g, np.arange(world) % w0)
+    own = carried_own_time(g)
+    if src is not g:  # the shared collectives kept once, first, in their order (``_copy_ranks``)
+        own = np.concatenate([own[g.rank < 0], np.zeros(len(src) - int((g.rank < 0).sum()))])
     if replicate == 1 and r0 > 1:  # no replicas: FSDP's all-reduces go (the job's own stay), program order bridged
         drop = np.zeros(len(src), dtype=bool)
         for v in np.flatnonzero((src.kind == Kind.COMM) & (src.rank < 0)).tolist():
             if src.comm_kind[v] == CommKind.ALL_REDUCE and src.role[v] != CommRole.JOB:
                 drop[collective_nodes(src, v)] = True
-        src = without_nodes(src, drop, src.nbytes, {})
+        src, own = without_nodes(src, drop, src.nbytes, {}), own[~drop]
     waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
     add_all_reduce = replicate > 1 and r0 == 1 and not any(c.kind == CommKind.ALL_REDUCE for c in fsdp_collectives(g))
-    out, rings = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
+    out, rings, own = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits, own=own)
     if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
         out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "
                                  f"{len(fsdp_collectives(out))} collectives keep their joins' waits and releases as profiled")
@@ -180,7 +183,7 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     out = out.replace(dur=dur, meta=out.meta.replace(world_size=world, ranks=list(range(world)), parallel=par))
     link = current_topology(g)  # the input's: a fit to the regrouped collectives would be no link
     priced = shard if replicate > 1 else world
-    out = retime_collectives(out, link.with_workers(priced) if priced != link.world_size else link, lags_on=link)
+    out = retime_collectives(out, link.with_workers(priced) if priced != link.world_size else link, lags_on=link, own_us=own)
     return out if waits is None else out.replace(dur=waits.skew_hidden(out, rings, link))
 
 
@@ -332,12 +335,13 @@ def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict
     return calls, comm_of_wait, sync_of
 
 
-def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
-             waits: _Waits | None) -> tuple[Graph, list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]]]:
+def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: _Waits | None,
+             own: np.ndarray) -> tuple[Graph, list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]], np.ndarray]:
     """Every FSDP collective rebuilt on the layout's groups from each rank's enqueue, ready point and wait; with
     ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring). Also each
     new transfer's node, call (call, nth, after a release) and ranks; each new join and transfer of the kind and role of
-    the call's profiled ones."""
+    the call's profiled ones; and per node of the result, the time beside its price a transfer keeps: the mean of what its
+    profiled ones kept (``own``, per node of ``g``: ``passes.comm.carried_own_time``), none for an inserted all-reduce."""
     calls, comm_of_wait, sync_of = _calls(g)
     drop = np.zeros(len(g), dtype=bool)  # every FSDP transfer and join, also those of ranks fewer ranks leave out
     for c in fsdp_collectives(g):
@@ -347,7 +351,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
         (src, dst), cut = b.edges(), {(int(remap[e]), int(remap[w])) for k, ms in calls.items() if k[1].kind == CommKind.REDUCE_SCATTER
                                       for _, e, w in ms.values()}
         b.set_edges(*(a[[(int(u), int(v)) not in cut for u, v in zip(src, dst)]] for a in (src, dst)))
-    exit_lag = list(g.exit_lag[~drop])
+    exit_lag, kept = list(g.exit_lag[~drop]), list(own[~drop])
     seq = 0
     rings: list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]] = []  # each new transfer: its node, its call, its ranks
 
@@ -369,6 +373,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
             s = b.add_node(f"sync.{call.label}.{seq}", Kind.SYNC, gap=wait, step=step, **typed)
             c = b.add_node(f"{call.label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes, **typed)
             exit_lag.extend([0.0, lag])
+            kept.extend([0.0, 0.0 if at[2] else float(np.mean(own[old]))])
             seq += 1
             b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))
             b.add_edge(s, c)
@@ -400,6 +405,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
                                     comm_kind=CommKind.ALL_REDUCE, role=int(g.role[e]), **at)
                 b._cols["order"][int(remap[w])] = float(np.nextafter(o1, np.inf))
                 exit_lag.extend([float(g.exit_lag[w]), 0.0])
+                kept.extend([0.0, 0.0])
                 b.add_edges([int(remap[e]), rs_wait, ar_enq], [rs_wait, ar_enq, int(remap[w])])
                 b._cols["name"][int(remap[w])] = b.intern(f"rank{r}.wait all_reduce {unit}")
                 ends[r], after[r] = (int(remap[ready]), rs_wait), (ar_enq, int(remap[w]))
@@ -409,7 +415,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
             continue
         collective(call, step, ends, old, nbytes,
                    _replicate_groups(replicate, shard) if kind == CommKind.ALL_REDUCE else _shard_groups(replicate, shard), (call, nth, False))
-    return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64)), rings
+    return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64)), rings, np.asarray(kept, dtype=np.float64)
 
 
 def workers_mesh(g: Graph, workers: int) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from ..graph.build_ps import exchange_nodes, is_ps_graph, rebuild_ps
 from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
 from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim
-from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
+from .comm import carried_own_time, current_scheme, current_topology, push_spread_us, retime_collectives
 from .link_fit import graph_world_size, hybrid
 from .padded_gathers import padded_gather_bytes
 from .zero import scale_zero_step
@@ -64,7 +64,19 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     out = _gathered_sparse(out, workers, n0)
     par = out.meta.parallel
     out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
-    return retime_collectives(out, topo, spec, lags_on=current_topology(g))
+    return retime_collectives(out, topo, spec, lags_on=current_topology(g), own_us=_carried(g, out))
+
+
+def _carried(g: Graph, out: Graph) -> np.ndarray | None:
+    """``passes.comm.carried_own_time`` of ``g``'s shared collectives on ``out``'s, each a copy of one of them in the same
+    order (``_copy_ranks`` keeps them once, first); None where ``g`` carries none or their number changed."""
+    own = carried_own_time(g)
+    was, now = np.flatnonzero(g.rank < 0), np.flatnonzero(out.rank < 0)
+    if not own.any() or len(was) != len(now):
+        return None
+    carried = np.zeros(len(out))
+    carried[now] = own[was]
+    return carried
 
 
 def _gathered_sparse(g: Graph, workers: int, n0: int) -> Graph:

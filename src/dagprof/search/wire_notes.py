@@ -12,7 +12,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.link_fit import LinkFit, graph_world_size, pipelined, priced_comm, priced_world_size, profiled_collectives, unhidden_note
+from ..passes.link_fit import LinkFit, floored_kinds, graph_world_size, pipelined, priced_comm, priced_world_size, profiled_collectives, unhidden_note
 from ..units import count
 from .scenario import Cluster, Scenario
 
@@ -39,6 +39,12 @@ def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[S
         return out, [f"--profiled-bandwidth {written}: the {fit.collectives} collectives' ({nbytes / 1e6:.3g} MB) durations "
                      "show no time per byte, so nothing of them is wire time to keep apart"]
     head = f"--profiled-bandwidth {written}: the link fitted to {fit.collectives} collectives ({nbytes / 1e6:.3g} MB) runs at {share:.0%} of it"
+    floored = floored_kinds(g, fit)
+    if floored:  # an FSDP or JAX job's kinds that beat the wire are priced at it (``passes.link_fit.wire_floor``), not scaled
+        out["floored_kinds"] = list(floored)
+        return out, [f"{head}; its {' and '.join(k.replace('_', '-') + 's' for k in floored)} ran faster than the wire (the first rank in "
+                     "sends before the last joins, a shaped port passes a burst after an idle spell): priced at the wire, each collective "
+                     "keeping the time it measured beside that price at every --bandwidth and --workers (a head start is time, not bytes)"]
     if share >= 1.0:
         return out, [f"{head}, no slower than the wire (bytes crossed outside the timed transfers, or the rate is not the wire's): "
                      "its whole per-byte time scales by the rate ratio, --bandwidth over it"] + _horovod_wire_note(g, wire, written, asked)
