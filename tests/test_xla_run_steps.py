@@ -2,7 +2,8 @@
 holds a long time between steps is left out of a window chosen by default, and said. ``tests/data/tf-jax/wavenet-eval``:
 ``bench/frameworks/jax_wavenet_lion.py``, whose loop evaluates after step 7 (a second program, compiled at that call);
 rank 1 did not wait for its result, so its all-reduce ran after step 8's marker began there, and took step 8's first
-collective position on rank 1 only ("mismatched collectives")."""
+collective position on rank 1 only ("mismatched collectives"). And a program launched inside a step whose inputs' copy,
+put on the pool between steps, ran late belongs to the step it was launched in (``tests/data/tf-jax/clip-h2d-late``)."""
 import pathlib
 
 import numpy as np
@@ -16,6 +17,7 @@ from dagprof.traces.steps import steady_window, time_between_steps
 
 RUN = pathlib.Path(__file__).parent / "data" / "tf-jax" / "wavenet-eval"
 PINN = pathlib.Path(__file__).parent / "data" / "tf-jax" / "pinn-rank0-check"
+CLIP = pathlib.Path(__file__).parent / "data" / "tf-jax" / "clip-h2d-late"
 
 
 def test_a_program_dispatched_between_steps_is_in_no_step():
@@ -29,6 +31,21 @@ def test_a_program_dispatched_between_steps_is_in_no_step():
         assert per_step == [7, 8, 9]  # the gradients' all-reduce, once a step
     m = match_collectives(run)
     assert not m.problems and len(m.instances) == 3
+
+
+def test_a_program_launched_in_a_step_after_a_late_input_copy_is_in_that_step():
+    """``bench/frameworks/jax_clip_gather.py``: rank 1's step-10 batch copy (``make_array_from_process_local_data``,
+    put on the pool between steps) ran inside step 10, and PjRt started the step's program, launched inside it, from the
+    copy's task. Its ops were in no step there, and the job was refused as "mismatched collectives"."""
+    run = load(str(CLIP))
+    for t in run.ranks:
+        ev = t.events
+        comm = np.flatnonzero(ev.kind == Kind.COMM)
+        assert sorted(set(ev.step[comm].tolist())) == list(range(6, 14))
+        assert all((ev.step[comm] == s).sum() == 5 for s in range(6, 14))  # 2 all-gathers, 2 reduce-scatters, 1 all-reduce
+        assert (ev.step >= 0).all()  # rank 1's step-10 program: 422 ops in no step before
+    m = match_collectives(run)
+    assert not m.problems and len(m.instances) == 40
 
 
 def test_time_between_steps_is_left_out_of_the_default_window_and_said_where_steps_keep_it():

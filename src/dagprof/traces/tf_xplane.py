@@ -62,6 +62,7 @@ _RUN_WAIT = "ThunkExecutor::Execute (wait for completion)"  # XLA's client threa
 # TF's ``tf.function(jit_compile=True)``: the executor thread runs the program's thunks inline inside this range, then waits
 # in ``_TF_RUN_WAIT`` for the thunks the Eigen threads run; every run has run id -1 (``_tf_launches``)
 _TF_LAUNCH, _TF_RUN_WAIT = "CpuExecutable::ExecuteAsyncOnStream", "BlockUntilReady"
+_PJRT_LAUNCH = "ExecuteHelper"  # in the name of PjRt's program launch on the calling thread (``ExecuteHelperOnSingleDevice``)
 # an async kernel's completion callbacks, run inside the collective's range on its thread
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
 _TICK_US = 1.0  # an op that ended this close before another started ended before it (the trace's times are rounded)
@@ -446,7 +447,15 @@ class _Reader:
         on the rank that read the result, took the step's first collective position on one rank only ("mismatched
         collectives"). A run's ops carry the main-thread moment their chain of tasks descends from (``xplane_flows``);
         runs queued behind a busy device inherit the chain of the run before them, so only a chain's first run was
-        dispatched at that moment: it takes that moment's step, every other run its first op's."""
+        dispatched at that moment: it takes that moment's step, every other run its first op's.
+
+        Where that moment lies outside every step and outside every program launch of the main thread (``_PJRT_LAUNCH``),
+        and the main thread launched one after it, before the run began, the run waited for that moment's work (a copy),
+        not dispatched by it: it takes that launch's step. PjRt starts a program whose inputs are still being copied in
+        from the copy's task: on a profile of
+        ``bench/frameworks/jax_clip_gather.py`` (``tests/data/tf-jax/clip-h2d-late``) rank 1's step-10 batch copy, put on
+        the pool between steps, ran 1 ms late, inside step 10, and the step's program, launched inside it, ran from that
+        task: its ops, collectives among them, were in no step there ("mismatched collectives", the job refused)."""
         if not self.run_rows:
             return
         runs = np.concatenate([r for r, _, _ in self.run_rows])
@@ -460,11 +469,24 @@ class _Reader:
         np.minimum.at(root, inv[known], chain[known])
         step = self._step_of(first)
         led = np.isfinite(root)
+        launch_start, launch_end = self._main_launches()
         for d in np.unique(root[led]).tolist():
             mine = np.flatnonzero(root == d)
             lead = mine[np.argmin(first[mine])]
-            step[lead] = self._step_of(np.array([d]))[0]
+            at = self._step_of(np.array([d]))[0]
+            later = launch_start[(launch_start > d) & (launch_start <= first[lead])]
+            if at < 0 and len(later) and not ((launch_start <= d) & (d <= launch_end)).any():
+                at = self._step_of(later[-1:])[0]
+            step[lead] = at
         c["step"][rows] = step[inv]
+
+    def _main_launches(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends), us, by start, of the main thread's PjRt program launches (``_PJRT_LAUNCH``)."""
+        mids = [m for m, n in self.plane.event_names.items() if _PJRT_LAUNCH in n]
+        on = np.isin(self.lines[self.main].metadata_id, mids)
+        start, end = self.t0[self.main][on], self.t1[self.main][on]
+        order = np.argsort(start, kind="stable")
+        return start[order], end[order]
 
     def _run_completions(self, c: dict[str, np.ndarray]) -> list[tuple[int, int]]:
         """XLA's client thread runs a program's ops inline, then waits for the run (``run_id``) to complete before it
