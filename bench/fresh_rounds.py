@@ -2,8 +2,10 @@
 
 Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
 run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``), six more DDP
-scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, and stop 65's DDP GAT (``gat``,
-``find_unused_parameters=True``).
+scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, stop 65's DDP GAT (``gat``,
+``find_unused_parameters=True``), and stop 66's DDP N-BEATS (``nbeats``: bf16 autocast, ``no_sync`` accumulation of 4),
+FSDP2 character MoE LM (``moechar``: top-2 by hand, explicit prefetch, the root kept gathered) and DDP SimSiam
+(``simsiam``: two optimizers at different rates, ``gradient_as_bucket_view``).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -42,7 +44,10 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         "ppo": ["ddp_fresh/ppo_cartpole.py"], "nerf": ["fsdp_fresh/nerf_rays.py"], "gat": ["ddp_fresh/gat_edges.py"],
         # stop 65's held-out DDP scripts for --workers 4 --cores 2 (w4cores65)
         "ddpm": ["ddp_fresh/ddpm_unet_ema.py"], "capsnet": ["ddp_fresh/capsnet_scaler.py"], "tied": ["ddp_fresh/ckpt_static_tied.py"],
-        "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"]}
+        "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"],
+        # stop 66's fresh scripts (fresh66t)
+        "nbeats": ["ddp_fresh/nbeats_accum4.py", "--steps", "12"], "moechar": ["fsdp_fresh/moe_charlm_prefetch.py", "--steps", "12"],
+        "simsiam": ["ddp_fresh/simsiam_two_opts.py", "--steps", "12"]}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
@@ -54,7 +59,7 @@ MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
-         "grulm": 75}
+         "grulm": 75, "nbeats": 75, "moechar": 75, "simsiam": 75}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
