@@ -4,8 +4,11 @@ Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profil
 run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``), six more DDP
 scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, stop 65's DDP GAT (``gat``,
 ``find_unused_parameters=True``), two that stop 66 held out for it (``dqn``, a Double DQN; ``retrieval``, a dual encoder of
-asynchronous collectives), and stop 66's HSDP scripts, each profiled 1x2 with ``--shard 2`` (4 ranks run 2x2): a Glow
-normalizing flow (``glow``, new), the causal transformer (``hsdptf``) and the Swin classifier (``swin``).
+asynchronous collectives), stop 66's HSDP scripts, each profiled 1x2 with ``--shard 2`` (4 ranks run 2x2): a Glow
+normalizing flow (``glow``, new), the causal transformer (``hsdptf``) and the Swin classifier (``swin``), and stop 66's
+DDP N-BEATS (``nbeats``: bf16 autocast, ``no_sync`` accumulation of 4), FSDP2 character MoE LM (``moechar``: top-2 by
+hand, explicit prefetch, the root kept gathered) and DDP SimSiam (``simsiam``: two optimizers at different rates,
+``gradient_as_bucket_view``).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -52,7 +55,10 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         "dqn": ["ddp_fresh/dqn_replay.py"], "retrieval": ["ddp_fresh/async_retrieval.py"],
         # stop 66's HSDP scripts (hsdp66)
         "glow": ["fsdp_fresh/hsdp_glow.py", "--shard", "2"], "hsdptf": ["fsdp_fresh/hsdp_transformer.py", "--shard", "2"],
-        "swin": ["fsdp_fresh/hsdp_swin.py", "--shard", "2"]}
+        "swin": ["fsdp_fresh/hsdp_swin.py", "--shard", "2"],
+        # stop 66's fresh scripts (fresh66t)
+        "nbeats": ["ddp_fresh/nbeats_accum4.py", "--steps", "12"], "moechar": ["fsdp_fresh/moe_charlm_prefetch.py", "--steps", "12"],
+        "simsiam": ["ddp_fresh/simsiam_two_opts.py", "--steps", "12"]}
 # the jobs that save a checkpoint: its directory's flag (each round's own, not the shared default under $TMPDIR)
 CKPT_FLAG = {"crf": "--ckpt-dir", "swin": "--ckpt"}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
@@ -71,7 +77,7 @@ MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
-         "grulm": 75, "dqn": 60, "retrieval": 60, "glow": 90, "hsdptf": 60, "swin": 90}
+         "grulm": 75, "dqn": 60, "retrieval": 60, "glow": 90, "hsdptf": 60, "swin": 90, "nbeats": 75, "moechar": 75, "simsiam": 75}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 

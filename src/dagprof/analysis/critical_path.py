@@ -47,6 +47,8 @@ _GAP_WORDS = {"pre-forward": "host work before forward (untimed)", "forward": "f
               "loss": "loss (between forward and backward)", "backward": "backward between timed layers",
               "post-backward": "host work after backward (untimed)", "post-update": "host work after the update (untimed)"}
 _ROOT = re.compile(rf"(by )?{re.escape(FSDP_ROOT)}")
+# a DDP bucket's host call (``traces.run_comm.bucket_name``: the COMM_ENQUEUE node), beside its collective "all-reduce bucket N"
+_BUCKET_CALL = re.compile(r"(allreduce|allgather sparse) bucket (\d+)")
 
 
 def op_words(label: str, layer_types: dict[str, str] | None = None) -> str:
@@ -54,7 +56,10 @@ def op_words(label: str, layer_types: dict[str, str] | None = None) -> str:
     ``all_gather <root>`` "all_gather (root module)", a layer a container numbers with its class (``layer_types``: an
     ``nn.Sequential`` root's ``forward 6`` is "forward 6 ReLU"). ``CriticalPath.top_ops`` and ``--json``'s ``top_ops_ms``
     keep the label (what the graph's nodes are named, which other commands match on); the text, the report and the
-    findings say this."""
+    findings say this. A DDP bucket's host call (``allreduce bucket 0``) is "issuing all-reduce bucket 0 (host call)":
+    printed beside its collective ("all-reduce bucket 0") it read as the same op listed twice."""
+    if m := _BUCKET_CALL.fullmatch(label):
+        return f"issuing {'all-reduce' if m.group(1) == 'allreduce' else 'all-gather sparse'} bucket {m.group(2)} (host call)"
     if label.startswith("other:"):
         phase = label[len("other:"):]
         return _GAP_WORDS.get(phase, f"{phase} (untimed)")
