@@ -2,8 +2,8 @@
 
 Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
 run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``), six more DDP
-scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, and stop 65's DDP GAT (``gat``,
-``find_unused_parameters=True``).
+scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, stop 65's DDP GAT (``gat``,
+``find_unused_parameters=True``) and stop 66's DDP DANN (``dann``: a gradient reversal ``autograd.Function``).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -19,6 +19,7 @@ same round), which takes out the level the profiler and the minute's load put th
 (that median against its unprofiled twin's).
 
     dp-excl .venv/bin/python bench/fresh_rounds.py --keep KEPT --jobs crf,dual      # one round each, added to KEPT
+    dp-excl .venv/bin/python bench/fresh_rounds.py --keep KEPT --jobs dann --profiles profile-1G   # 1G -> 200M only
     .venv/bin/python bench/fresh_rounds.py --offline KEPT [--src TREE/src]          # predicted by a tree, no lock
 """
 from __future__ import annotations
@@ -42,7 +43,9 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         "ppo": ["ddp_fresh/ppo_cartpole.py"], "nerf": ["fsdp_fresh/nerf_rays.py"], "gat": ["ddp_fresh/gat_edges.py"],
         # stop 65's held-out DDP scripts for --workers 4 --cores 2 (w4cores65)
         "ddpm": ["ddp_fresh/ddpm_unet_ema.py"], "capsnet": ["ddp_fresh/capsnet_scaler.py"], "tied": ["ddp_fresh/ckpt_static_tied.py"],
-        "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"]}
+        "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"],
+        # stop 66's held-out script for the profiler's CPU (level66)
+        "dann": ["ddp_fresh/dann_grl.py", "--steps", "16"]}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
@@ -54,7 +57,7 @@ MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
-         "grulm": 75}
+         "grulm": 75, "dann": 60}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
@@ -101,12 +104,13 @@ def run_cell(argv: list[str], env: dict[str, str], ranks: int, cluster, log_dir:
     return said
 
 
-def run_round(job: str, out: str, clusters: dict, seed: int, deadline: float) -> None:
-    """Both profiles and every unprofiled cell of one round into ``out``, shuffled; each with its seconds and load. No cell
-    starts within ``MIN_CELL_S`` of ``deadline`` (``time.monotonic``), and none runs past it or the job's cap."""
+def run_round(job: str, out: str, clusters: dict, seed: int, deadline: float, profiles: list[str]) -> None:
+    """The ``profiles`` and the unprofiled cells they predict and are held against, of one round into ``out``, shuffled;
+    each with its seconds and load. No cell starts within ``MIN_CELL_S`` of ``deadline`` (``time.monotonic``), and none
+    runs past it or the job's cap."""
     from dagprof.collect.jobs.launch import Bootstrap
 
-    todo = list(PROFILES) + list(CELLS)
+    todo = profiles + [c for c in CELLS if any(c in PROFILES[p][:2] for p in profiles)]
     random.Random(seed).shuffle(todo)
     for name in todo:
         ranks, link = (2, PROFILES[name][0]) if name in PROFILES else CELLS[name]
@@ -189,6 +193,7 @@ def main() -> int:
     ap.add_argument("--offline", metavar="KEPT", help="run nothing: predict the kept rounds and judge them")
     ap.add_argument("--src", default=None, help="the dagprof tree's src to predict with (default: this one's)")
     ap.add_argument("--budget-s", type=float, default=270, help="start no job past this many seconds (a hold of the lock stays short)")
+    ap.add_argument("--profiles", default=",".join(PROFILES), help=f"comma-separated, of {', '.join(PROFILES)}: those and their cells only")
     args = ap.parse_args()
     if args.offline:
         offline(args.offline, args.src)
@@ -201,6 +206,9 @@ def main() -> int:
     jobs = args.jobs.split(",")
     if bad := [j for j in jobs if j not in JOBS]:
         ap.error(f"unknown job(s) {', '.join(bad)}; known: {', '.join(JOBS)}")
+    profiles = args.profiles.split(",")
+    if bad := [p for p in profiles if p not in PROFILES]:
+        ap.error(f"unknown profile(s) {', '.join(bad)}; known: {', '.join(PROFILES)}")
     if not args.keep:
         ap.error("give --keep DIR (the rounds are judged afterwards by --offline DIR)")
     print(f"fresh_rounds: into {args.keep}, load {os.getloadavg()[0]:.2f}", flush=True)
@@ -211,7 +219,7 @@ def main() -> int:
             os.makedirs(base, exist_ok=True)
             k = sum(1 for e in os.listdir(base) if e.startswith("round"))
             os.makedirs(os.path.join(base, f"round{k}"))
-            run_round(job, os.path.join(base, f"round{k}"), {2: c2}, seed=k + 100 * len(job), deadline=deadline)
+            run_round(job, os.path.join(base, f"round{k}"), {2: c2}, seed=k + 100 * len(job), deadline=deadline, profiles=profiles)
     print(f"fresh_rounds: done, load {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 
