@@ -3,7 +3,8 @@
 Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
 run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``), six more DDP
 scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, stop 65's DDP GAT (``gat``,
-``find_unused_parameters=True``) and stop 66's DDP DANN (``dann``: a gradient reversal ``autograd.Function``).
+``find_unused_parameters=True``) and stop 66's DDP DANN (``dann``: a gradient reversal ``autograd.Function``) and VQ-VAE
+(``vqvae``: ``no_sync`` accumulation, an EMA model, dead-code restarts).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -44,8 +45,8 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         # stop 65's held-out DDP scripts for --workers 4 --cores 2 (w4cores65)
         "ddpm": ["ddp_fresh/ddpm_unet_ema.py"], "capsnet": ["ddp_fresh/capsnet_scaler.py"], "tied": ["ddp_fresh/ckpt_static_tied.py"],
         "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"],
-        # stop 66's held-out script for the profiler's CPU (level66)
-        "dann": ["ddp_fresh/dann_grl.py", "--steps", "16"]}
+        # stop 66's held-out scripts for the profiler's CPU (level66)
+        "dann": ["ddp_fresh/dann_grl.py", "--steps", "16"], "vqvae": ["ddp_fresh/vqvae_ema.py"]}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
@@ -57,7 +58,7 @@ MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
-         "grulm": 75, "dann": 60}
+         "grulm": 75, "dann": 60, "vqvae": 60}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
