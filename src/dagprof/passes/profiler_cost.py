@@ -15,7 +15,8 @@ iteration drops by the measured share, but where the profiler's CPU explains the
 cost can be made of (``bound_factor``: that CPU, or each rank's host ops lengthened by the step's whole excess): on a
 wire-bound step the rest lies in waits, and the model then drops by less (``removed_share``), which its checks hold it to.
 Nothing is corrected when the measurement is missing (a
-stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero, or
+stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero (unless, on a PyTorch run, the
+ranks' training threads' CPU a step rose beyond its own noise: then that CPU is the cost, ``thread_cpu_cost``), or
 says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
 or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
