@@ -184,7 +184,7 @@ def _measure(g: Graph) -> ProfilerCost:
         verdict = f"the profiled steps ran faster than the others ({seen}): the machine's load changed, not a cost to remove"
     elif p - u < NOISE_SIGMAS * se:
         verdict = f"too noisy to say ({seen})"
-        if g.meta.framework is None and (by_cpu := thread_cpu_cost(loop, set(g.meta.steps), p, seen)) is not None:
+        if g.meta.framework is None and not warmed_up_in_window(g) and (by_cpu := thread_cpu_cost(loop, set(g.meta.steps), p, seen)) is not None:
             return replace(by_cpu, profiled_steps=len(prof), unprofiled_steps=len(base))
     elif before and after:  # as the intervals' drift term (analysis.interval.run_level), but one step a side is enough
         # to refuse: a job whose speed changed (user_mlp: 272 ms before, 173 profiled, 99 after) was read as a 43 % profiler cost
@@ -227,6 +227,14 @@ def thread_cpu_cost(loop: LoopSteps, window: set[int], profiled_us: float, seen:
     pace = outside_stretch(loop, window, first)
     excess = min(pace * added, (1.0 - LEAST_FACTOR) * profiled_us)
     return ProfilerCost(profiled_us, profiled_us - excess, len(w), len(u), pace * se, None, cpu_us=ranks * excess, noisy_wall=seen)
+
+
+def warmed_up_in_window(g: Graph) -> bool:
+    """Whether the training threads' CPU fell after the window below every window step (``measure_steady_compute`` usable,
+    on DDP jobs: ``steady_applies``): a warm-up that ran into the window, whose CPU is not the profiler's, and which the
+    steady-compute rule prices (``correct_profiler_cost``), so ``thread_cpu_cost`` leaves it alone
+    (``tests/data/powersgd-warmup``)."""
+    return steady_applies(g) and measure_steady_compute(g).verdict is None
 
 
 def beyond_process_cpu(cost: ProfilerCost, ps: PsRecord, window: set[int], base: set[int], seen: str) -> ProfilerCost:
