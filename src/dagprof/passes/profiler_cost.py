@@ -230,11 +230,23 @@ def thread_cpu_cost(loop: LoopSteps, window: set[int], profiled_us: float, seen:
 
 
 def warmed_up_in_window(g: Graph) -> bool:
-    """Whether the training threads' CPU fell after the window below every window step (``measure_steady_compute`` usable,
-    on DDP jobs: ``steady_applies``): a warm-up that ran into the window, whose CPU is not the profiler's, and which the
-    steady-compute rule prices (``correct_profiler_cost``), so ``thread_cpu_cost`` leaves it alone
-    (``tests/data/powersgd-warmup``)."""
-    return steady_applies(g) and measure_steady_compute(g).verdict is None
+    """Whether a warm-up ended in the window: the training threads' CPU fell after it below every window step
+    (``measure_steady_compute`` usable, on DDP jobs: ``steady_applies``) and the steps before it computed slower than those
+    after it beyond the noise (``NOISE_SIGMAS``), or none were timed. That CPU is not the profiler's, and the steady-compute
+    rule prices it (``correct_profiler_cost``; ``tests/data/powersgd-warmup``), so ``thread_cpu_cost`` leaves it alone.
+    Where the steps before the window ran as those after it, every window step above them is the profiler's (the held-out
+    DANN: 4 of 6 such rounds; docs/evidence.md, branch level66)."""
+    loop = g.meta.loop_steps
+    if loop is None or not g.meta.steps or not steady_applies(g) or measure_steady_compute(g).verdict is not None:
+        return False
+    first, sched = steady_from(loop), loop.sched
+    steps = sorted(set.intersection(*(set(sched.get(r, {})) & set(loop.unprofiled[r]) for r in loop.unprofiled)))
+    cpu = {s: sum(sched[r][s].cpu_us for r in loop.unprofiled) for s in steps if s >= first}
+    before = [c for s, c in cpu.items() if s < min(g.meta.steps)]
+    after = [c for s, c in cpu.items() if s > max(g.meta.steps)]
+    if len(before) < 2 or len(after) < 2:
+        return True
+    return statistics.median(before) - statistics.median(after) > NOISE_SIGMAS * pooled_median_stderr(before, after)
 
 
 def beyond_process_cpu(cost: ProfilerCost, ps: PsRecord, window: set[int], base: set[int], seen: str) -> ProfilerCost:
