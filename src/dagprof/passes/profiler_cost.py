@@ -212,7 +212,7 @@ def thread_cpu_cost(loop: LoopSteps, window: set[int], profiled_us: float, seen:
     the machine gave them outside the window (``outside_stretch``), where it rose beyond ``NOISE_SIGMAS`` standard errors.
     The recording is CPU on those threads (Kineto's per-call records, dagprof's hooks), and their CPU a step moves far less
     than the wall step, which waits on the peers, the wire and the machine: a PPO rollout learner's 9-15 ms steps (a
-    rollout of 80-160 ms every 8) read "too noisy" in 7 of 13 kept profiles while its ranks' threads spent +1.5 to +3.5 ms
+    rollout of 80-160 ms every 8) read "too noisy" in 5 of 11 kept profiles while its ranks' threads spent +1.5 to +3.5 ms
     a step more in every one of them (docs/evidence.md, branch level66). PyTorch runs only (the threads that do the work:
     TF's and JAX's marking thread waits on its pools, MXNet records none); None where the CPU did not rise beyond its noise
     (a job whose steps differ in work: the GAT's random graphs, each rank's its own)."""
