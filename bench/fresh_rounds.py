@@ -5,10 +5,11 @@ run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) 
 scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, stop 65's DDP GAT (``gat``,
 ``find_unused_parameters=True``), two that stop 66 held out for it (``dqn``, a Double DQN; ``retrieval``, a dual encoder of
 asynchronous collectives), stop 66's HSDP scripts, each profiled 1x2 with ``--shard 2`` (4 ranks run 2x2): a Glow
-normalizing flow (``glow``, new), the causal transformer (``hsdptf``) and the Swin classifier (``swin``), and stop 66's
+normalizing flow (``glow``, new), the causal transformer (``hsdptf``) and the Swin classifier (``swin``), stop 66's
 DDP N-BEATS (``nbeats``: bf16 autocast, ``no_sync`` accumulation of 4), FSDP2 character MoE LM (``moechar``: top-2 by
 hand, explicit prefetch, the root kept gathered) and DDP SimSiam (``simsiam``: two optimizers at different rates,
-``gradient_as_bucket_view``).
+``gradient_as_bucket_view``), and stop 66's DDP DANN (``dann``: a gradient reversal ``autograd.Function``) and VQ-VAE
+(``vqvae``: ``no_sync`` accumulation, an EMA model, dead-code restarts).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -27,6 +28,7 @@ same round), which takes out the level the profiler and the minute's load put th
 (that median against its unprofiled twin's).
 
     dp-excl .venv/bin/python bench/fresh_rounds.py --keep KEPT --jobs crf,dual      # one round each, added to KEPT
+    dp-excl .venv/bin/python bench/fresh_rounds.py --keep KEPT --jobs dann --profiles profile-1G   # 1G -> 200M only
     .venv/bin/python bench/fresh_rounds.py --offline KEPT [--src TREE/src]          # predicted by a tree, no lock
 """
 from __future__ import annotations
@@ -58,7 +60,9 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         "swin": ["fsdp_fresh/hsdp_swin.py", "--shard", "2"],
         # stop 66's fresh scripts (fresh66t)
         "nbeats": ["ddp_fresh/nbeats_accum4.py", "--steps", "12"], "moechar": ["fsdp_fresh/moe_charlm_prefetch.py", "--steps", "12"],
-        "simsiam": ["ddp_fresh/simsiam_two_opts.py", "--steps", "12"]}
+        "simsiam": ["ddp_fresh/simsiam_two_opts.py", "--steps", "12"],
+        # stop 66's held-out scripts for the profiler's CPU (level66)
+        "dann": ["ddp_fresh/dann_grl.py", "--steps", "16"], "vqvae": ["ddp_fresh/vqvae_ema.py"]}
 # the jobs that save a checkpoint: its directory's flag (each round's own, not the shared default under $TMPDIR)
 CKPT_FLAG = {"crf": "--ckpt-dir", "swin": "--ckpt"}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
@@ -77,7 +81,8 @@ MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
-         "grulm": 75, "dqn": 60, "retrieval": 60, "glow": 90, "hsdptf": 60, "swin": 90, "nbeats": 75, "moechar": 75, "simsiam": 75}
+         "grulm": 75, "dqn": 60, "retrieval": 60, "glow": 90, "hsdptf": 60, "swin": 90, "nbeats": 75, "moechar": 75, "simsiam": 75,
+         "dann": 60, "vqvae": 60}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
@@ -124,12 +129,14 @@ def run_cell(argv: list[str], env: dict[str, str], ranks: int, cluster, log_dir:
     return said
 
 
-def run_round(job: str, out: str, clusters: dict, seed: int, deadline: float) -> None:
-    """Both profiles and every unprofiled cell of one round into ``out``, shuffled; each with its seconds and load. No cell
-    starts within ``MIN_CELL_S`` of ``deadline`` (``time.monotonic``), and none runs past it or the job's cap."""
+def run_round(job: str, out: str, clusters: dict, seed: int, deadline: float, profiles: list[str]) -> None:
+    """The ``profiles`` and the unprofiled cells they predict and are held against, of one round into ``out``, shuffled;
+    each with its seconds and load. No cell starts within ``MIN_CELL_S`` of ``deadline`` (``time.monotonic``), and none
+    runs past it or the job's cap."""
     from dagprof.collect.jobs.launch import Bootstrap
 
-    todo = list(PROFILES) + [c for c in CELLS if c != "w4-1G" or job in WIRE_WORKERS]
+    todo = profiles + [c for c in CELLS if (c != "w4-1G" or job in WIRE_WORKERS)
+                       and any(c == PROFILES[p] or (p, c) in {(w[0], w[1]) for w in WHATIFS} for p in profiles)]
     random.Random(seed).shuffle(todo)
     for name in todo:
         ranks, link = (2, PROFILES[name]) if name in PROFILES else CELLS[name]
@@ -212,6 +219,7 @@ def main() -> int:
     ap.add_argument("--offline", metavar="KEPT", help="run nothing: predict the kept rounds and judge them")
     ap.add_argument("--src", default=None, help="the dagprof tree's src to predict with (default: this one's)")
     ap.add_argument("--budget-s", type=float, default=270, help="start no job past this many seconds (a hold of the lock stays short)")
+    ap.add_argument("--profiles", default=",".join(PROFILES), help=f"comma-separated, of {', '.join(PROFILES)}: those and their cells only")
     args = ap.parse_args()
     if args.offline:
         offline(args.offline, args.src)
@@ -224,6 +232,9 @@ def main() -> int:
     jobs = args.jobs.split(",")
     if bad := [j for j in jobs if j not in JOBS]:
         ap.error(f"unknown job(s) {', '.join(bad)}; known: {', '.join(JOBS)}")
+    profiles = args.profiles.split(",")
+    if bad := [p for p in profiles if p not in PROFILES]:
+        ap.error(f"unknown profile(s) {', '.join(bad)}; known: {', '.join(PROFILES)}")
     if not args.keep:
         ap.error("give --keep DIR (the rounds are judged afterwards by --offline DIR)")
     print(f"fresh_rounds: into {args.keep}, load {os.getloadavg()[0]:.2f}", flush=True)
@@ -234,7 +245,8 @@ def main() -> int:
             os.makedirs(base, exist_ok=True)
             k = sum(1 for e in os.listdir(base) if e.startswith("round"))
             os.makedirs(os.path.join(base, f"round{k}"))
-            run_round(job, os.path.join(base, f"round{k}"), {2: cluster, 4: cluster}, seed=k + 100 * len(job), deadline=deadline)
+            run_round(job, os.path.join(base, f"round{k}"), {2: cluster, 4: cluster}, seed=k + 100 * len(job), deadline=deadline,
+                      profiles=profiles)
     print(f"fresh_rounds: done, load {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 

@@ -18,7 +18,14 @@ from dagprof.costmodel.topology import save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.meta import WARMUP_STEPS, LoopSteps
 from dagprof.passes.comm import set_topology
-from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, median_stderr, remove_profiler_cost, resumed_step
+from dagprof.passes.profiler_cost import (
+    job_steps,
+    measure_profiler_cost,
+    measure_steady_compute,
+    median_stderr,
+    remove_profiler_cost,
+    resumed_step,
+)
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario, base_topology
 from dagprof.search.whatif import evaluate
@@ -155,6 +162,47 @@ def test_never_corrected_when_noisy_or_faster(opened):
     assert not faster.usable and "ran faster" in faster.verdict
     g = _with_cost(opened.graph, 0.02, jitter=0.5)
     assert remove_profiler_cost(g, noisy, job_iteration_us)[0] is g
+
+
+def _with_thread_cpu(g, added_us: float, wait_share: float = 0.25):
+    """``_with_cost``'s too-noisy wall steps (2 % cost, 50 % jitter) with each rank's training thread recorded: 5 ms of CPU a
+    step (0.2 % jitter) outside the window, ``added_us`` more in it (and in the last step after it: no warm-up ended in the
+    window, ``warmed_up_in_window``), and waits for a core ``wait_share`` of the CPU."""
+    from dagprof.traces.meta import StepSched
+
+    noisy = _with_cost(g, 0.02, jitter=0.5)
+    loop, rng = noisy.meta.loop_steps, np.random.default_rng(1)
+
+    def sched(r, s, cpu):
+        cpu *= 1 + 0.002 * rng.standard_normal()
+        return StepSched(step=s, cpu_us=cpu, wait_us=wait_share * cpu, process_cpu_us=cpu)
+
+    rows = {r: {s: sched(r, s, 5000.0 + (added_us if s in loop.profiled[r] or s == max(loop.unprofiled[r]) else 0.0))
+                for s in [*loop.profiled[r], *loop.unprofiled[r]]}
+            for r in loop.profiled}
+    return noisy.replace(meta=noisy.meta.replace(loop_steps=dataclasses.replace(loop, sched=rows)))
+
+
+def test_too_noisy_wall_steps_take_the_cost_from_the_training_threads_cpu(opened):
+    """Where the wall steps are too noisy to say but every rank's training thread spent more CPU a step in the window beyond
+    its noise, the cost is that CPU a rank, at the machine's pace outside the window (x1.25 here), and the line says so;
+    where that CPU did not rise, the run stays "too noisy"; ``--raw`` still corrects nothing."""
+    g = _with_thread_cpu(opened.graph, 800.0)
+    assert measure_steady_compute(g).verdict is not None  # not a warm-up over (``warmed_up_in_window``)
+    cost = measure_profiler_cost(g)
+    assert cost.usable and cost.noisy_wall is not None and cost.noisy_wall.startswith("profiled")
+    assert cost.profiled_us - cost.unprofiled_us == pytest.approx(1.25 * 800.0, rel=0.05)
+    assert cost.cpu_us == pytest.approx(len(g.meta.loop_steps.profiled) * (cost.profiled_us - cost.unprofiled_us))
+    text = cost.describe()
+    assert "\n" not in text and text.startswith("op times corrected for the profiler's CPU: -")
+    assert "the steps' wall times too noisy to say" in text and cost.to_dict()["from_thread_cpu"]
+    fixed, factor = remove_profiler_cost(g, cost, job_iteration_us)
+    assert 0 < factor < 1 and job_iteration_us(fixed) < job_iteration_us(g)
+    flat = measure_profiler_cost(_with_thread_cpu(opened.graph, 0.0))
+    assert not flat.usable and flat.verdict.startswith("too noisy to say") and flat.noisy_wall is None
+    measured = opened.analysis.measured_us
+    raw = evaluate(g, [Scenario()], measured_us=measured, tolerance_pct=None, raw=True)
+    assert not raw["profiler_cost"]["corrected"]
 
 
 def test_vendored_runs_say_why_not(tmp_path):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,6 +63,7 @@ def main() -> None:
     model = DDP(DANN(args.width))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(dist.get_rank())
+    stamps: list[float] = []
     for step in range(args.steps):
         lam = 2 / (1 + math.exp(-10 * step / args.steps)) - 1
         src = torch.randn(BATCH, CHANNELS, WINDOW, generator=g)
@@ -76,6 +79,10 @@ def main() -> None:
         opt.step()
         if dist.get_rank() == 0 and step % 4 == 0:
             print(f"step {step} loss {loss.item():.3f} lambda {lam:.2f}", flush=True)
+        stamps.append(time.perf_counter())
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])][3:]
+    if dist.get_rank() == 0 and gaps:
+        print(f"median step {1000 * statistics.median(gaps):.1f} ms over {len(gaps)} steps", flush=True)
     dist.destroy_process_group()
 
 

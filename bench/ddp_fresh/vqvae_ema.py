@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -110,6 +112,7 @@ def main() -> None:
         prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                        schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
                        on_trace_ready=tensorboard_trace_handler(args.trace))
+    stamps: list[float] = []
     with prof as p_:
         for step in range(args.steps):
             micro = [images[2 * step:2 * step + 2].flatten(0, 1)] if args.no_accum else [images[2 * step], images[2 * step + 1]]
@@ -137,6 +140,10 @@ def main() -> None:
                     print(f"step {step} EMA reconstruction {err.item() / dist.get_world_size():.4f}", flush=True)
             if p_ is not None:
                 p_.step()
+            stamps.append(time.perf_counter())
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])][3:]
+    if rank == 0 and gaps:
+        print(f"median step {1000 * statistics.median(gaps):.1f} ms over {len(gaps)} steps", flush=True)
     dist.destroy_process_group()
 
 

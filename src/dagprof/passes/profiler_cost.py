@@ -15,7 +15,8 @@ iteration drops by the measured share, but where the profiler's CPU explains the
 cost can be made of (``bound_factor``: that CPU, or each rank's host ops lengthened by the step's whole excess): on a
 wire-bound step the rest lies in waits, and the model then drops by less (``removed_share``), which its checks hold it to.
 Nothing is corrected when the measurement is missing (a
-stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero, or
+stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero (unless, on a PyTorch run, the
+ranks' training threads' CPU a step rose beyond its own noise: then that CPU is the cost, ``thread_cpu_cost``), or
 says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
 or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
@@ -74,6 +75,7 @@ class ProfilerCost:
     loaded: str | None = None  # the window ran slower than that CPU explains: the load's evidence (``split_by_cpu``)
     between_us: float | None = None  # the script's time between its timed steps, a window step's mean (``between_steps_us``)
     tf: bool = False  # a TensorFlow run: its line names TF's profiler and the ms a step removed (``_describe``)
+    noisy_wall: str | None = None  # the wall steps' reading where too noisy to say: the cost is the training threads' CPU (``thread_cpu_cost``)
 
     @property
     def usable(self) -> bool:
@@ -95,6 +97,10 @@ class ProfilerCost:
             return (f"op times brought to the unprofiled steps' level: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} "
                     f"ms/step vs {self.unprofiled_us / 1e3:.1f} ms unprofiled), of which the profiler's CPU explains only "
                     f"{-100 * self.cpu_us / self.profiled_us:+.1f} %: {self.loaded}")
+        if self.noisy_wall is not None:
+            return (f"op times corrected for the profiler's CPU: {-100 * self.share:+.1f} % (the ranks' training threads' CPU "
+                    f"{self.cpu_us / 1e3:.1f} ms a step more in the window, together, at the machine's pace outside it; the steps' "
+                    f"wall times too noisy to say: {self.noisy_wall})")
         seen = (f"profiled {self.profiled_us / 1e3:.1f} ms/step vs {self.unprofiled_us / 1e3:.1f} ms unprofiled, {self.profiled_steps} "
                 f"and {self.unprofiled_steps} steps")
         if self.tf:
@@ -109,7 +115,8 @@ class ProfilerCost:
                 "stderr_ms": None if self.stderr_us is None else self.stderr_us / 1e3,
                 "share_pct": 100 * self.share, "corrected": self.usable, "verdict": self.verdict,
                 "cpu_ms": None if self.cpu_us is None else self.cpu_us / 1e3, "loaded": self.loaded is not None,
-                "between_steps_ms": None if self.between_us is None else self.between_us / 1e3, "text": self.describe()}
+                "between_steps_ms": None if self.between_us is None else self.between_us / 1e3, "from_thread_cpu": self.noisy_wall is not None,
+                "text": self.describe()}
 
 
 BETWEEN_SHARE = 0.03  # between-step time said where it is at least this share of a profiled step
@@ -177,6 +184,8 @@ def _measure(g: Graph) -> ProfilerCost:
         verdict = f"the profiled steps ran faster than the others ({seen}): the machine's load changed, not a cost to remove"
     elif p - u < NOISE_SIGMAS * se:
         verdict = f"too noisy to say ({seen})"
+        if g.meta.framework is None and not warmed_up_in_window(g) and (by_cpu := thread_cpu_cost(loop, set(g.meta.steps), p, seen)) is not None:
+            return replace(by_cpu, profiled_steps=len(prof), unprofiled_steps=len(base))
     elif before and after:  # as the intervals' drift term (analysis.interval.run_level), but one step a side is enough
         # to refuse: a job whose speed changed (user_mlp: 272 ms before, 173 profiled, 99 after) was read as a 43 % profiler cost
         b, a = statistics.median(before), statistics.median(after)
@@ -195,6 +204,49 @@ def _measure(g: Graph) -> ProfilerCost:
     if g.meta.framework in XPLANE_FRAMEWORKS:  # JAX: the thread marking the steps dispatches and waits: its pace is not the work's
         return cost
     return split_by_cpu(cost, loop, set(g.meta.steps), steady_from(loop))
+
+
+def thread_cpu_cost(loop: LoopSteps, window: set[int], profiled_us: float, seen: str) -> ProfilerCost | None:
+    """The profiler's cost read from the ranks' training threads' CPU where the wall steps are too noisy to say (``seen``):
+    their CPU per profiled step beyond an unprofiled one's (``job_sched``, past the warm-up), a rank's mean, at the pace
+    the machine gave them outside the window (``outside_stretch``), where it rose beyond ``NOISE_SIGMAS`` standard errors.
+    The recording is CPU on those threads (Kineto's per-call records, dagprof's hooks), and their CPU a step moves far less
+    than the wall step, which waits on the peers, the wire and the machine: a PPO rollout learner's 9-15 ms steps (a
+    rollout of 80-160 ms every 8) read "too noisy" in 5 of 11 kept profiles while its ranks' threads spent +1.5 to +3.5 ms
+    a step more in every one of them (docs/evidence.md, branch level66). PyTorch runs only (the threads that do the work:
+    TF's and JAX's marking thread waits on its pools, MXNet records none); None where the CPU did not rise beyond its noise
+    (a job whose steps differ in work: the GAT's random graphs, each rank's its own)."""
+    first = steady_from(loop)
+    w, u = job_sched(loop, window, 0, "cpu_us"), job_sched(loop, None, first, "cpu_us")
+    if len(w) < 2 or len(u) < MIN_STEPS:
+        return None
+    ranks = len(loop.profiled)
+    added, se = (statistics.median(w) - statistics.median(u)) / ranks, pooled_median_stderr(w, u) / ranks
+    if added <= NOISE_SIGMAS * se:
+        return None
+    pace = outside_stretch(loop, window, first)
+    excess = min(pace * added, (1.0 - LEAST_FACTOR) * profiled_us)
+    return ProfilerCost(profiled_us, profiled_us - excess, len(w), len(u), pace * se, None, cpu_us=ranks * excess, noisy_wall=seen)
+
+
+def warmed_up_in_window(g: Graph) -> bool:
+    """Whether a warm-up ended in the window: the training threads' CPU fell after it below every window step
+    (``measure_steady_compute`` usable, on DDP jobs: ``steady_applies``) and the steps before it computed slower than those
+    after it beyond the noise (``NOISE_SIGMAS``), or none were timed. That CPU is not the profiler's, and the steady-compute
+    rule prices it (``correct_profiler_cost``; ``tests/data/powersgd-warmup``), so ``thread_cpu_cost`` leaves it alone.
+    Where the steps before the window ran as those after it, every window step above them is the profiler's (the held-out
+    DANN: 4 of 6 such rounds; docs/evidence.md, branch level66)."""
+    loop = g.meta.loop_steps
+    if loop is None or not g.meta.steps or not steady_applies(g) or measure_steady_compute(g).verdict is not None:
+        return False
+    first, sched = steady_from(loop), loop.sched
+    steps = sorted(set.intersection(*(set(sched.get(r, {})) & set(loop.unprofiled[r]) for r in loop.unprofiled)))
+    cpu = {s: sum(sched[r][s].cpu_us for r in loop.unprofiled) for s in steps if s >= first}
+    before = [c for s, c in cpu.items() if s < min(g.meta.steps)]
+    after = [c for s, c in cpu.items() if s > max(g.meta.steps)]
+    if len(before) < 2 or len(after) < 2:
+        return True
+    return statistics.median(before) - statistics.median(after) > NOISE_SIGMAS * pooled_median_stderr(before, after)
 
 
 def beyond_process_cpu(cost: ProfilerCost, ps: PsRecord, window: set[int], base: set[int], seen: str) -> ProfilerCost:
