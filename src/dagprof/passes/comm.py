@@ -70,6 +70,7 @@ from .link_fit import (
     priced_comm,
     priced_world_size,
     profiled_collectives,
+    torch_ddp,
     wire_floor,
 )
 
@@ -145,11 +146,13 @@ def current_scheme(g: Graph) -> CollectiveSpec:
 
 
 def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None,
-                       lags_on: Topology | None = None) -> Graph:
+                       lags_on: Topology | None = None, keep_own: bool = False) -> Graph:
     """Every COMM node priced by the model, and the exit lags at its consumers scaled with the link's time per byte
     (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
     size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
-    that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
+    that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all.
+    ``keep_own``: the collectives are those of ``g`` as priced on ``lags_on`` (``meta.topology``; a worker what-if's), and
+    each keeps its own time beside that price (``instance_residuals``), as the model of the profiled run does."""
     fit, fitted = _measured_link(g) if lags_on is None else (None, None)  # fitted once for every pass below
     if topo is None:
         topo = fitted or current_topology(g)
@@ -164,7 +167,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     idx = np.flatnonzero(priced_comm(g))
-    own_time = instance_residuals(g, idx, fit) if lags_on is None else np.zeros(len(idx))
+    own_time = instance_residuals(g, idx, fit) if lags_on is None or keep_own else np.zeros(len(idx))
     if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
         g = keep_stalls(g, fit)
     dur, gap = g.dur.copy(), g.gap.copy()
@@ -262,10 +265,18 @@ def model_prices(g: Graph, idx: np.ndarray, topo: Topology, spec: CollectiveSpec
 
 
 def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) -> np.ndarray:
-    """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``), its own time beside its price that no link
-    change moves (0 elsewhere): as measured, its time less its stall (``keep_stalls``) less the mean of its kind and size
-    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there. An FSDP
-    job's instances of a kind the profiled wire floored (``passes.link_fit.wire_floor``) keep theirs likewise.
+    """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``) or a PyTorch DDP job's timed one at a time
+    (``torch_ddp``), its own time beside its price that no link change moves (0 elsewhere): as measured, its time less its
+    stall (``keep_stalls``) less the mean of its kind and size (one collective of the program, one a step; a DDP one's over
+    those timed, so that one timed at 0 us, its first rank out before the last joined, keeps its 0); priced
+    (``meta.topology``), its time less its price there. An FSDP job's instances of a kind the profiled wire floored
+    (``passes.link_fit.wire_floor``) keep theirs likewise.
+
+    ``bench/ddp_fresh/dqn_replay.py`` profiled on loopback at load 13-18 (``tests/data/ddp-fresh/dqn-loaded``): its equal
+    576 kB buckets took 4.6-10.5 ms after the last rank joined while each rank's threads but its main one (gloo's) waited
+    22-81 ms a step for a core against 0.7-1.1 ms of CPU (``RankFile.other_threads_ns``), and one took 0 us; each priced
+    at the mean of the four timed, the model of the profiled run came out +2.4 % and every what-if was refused. Each at its
+    own time, +0.5 % (the replay's own miss).
 
     At the profiled link every instance then costs what it measured, and a step follows its own collectives, not their
     means, while each kind and size keeps its mean price. gloo's 2-rank all-gather ends with its first rank out
@@ -279,7 +290,7 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
     (``own_call_link``), as measured or priced."""
     out = np.zeros(len(idx))
     own = own_call_cost(g) is not None
-    if not len(idx) or not (jax_on_gloo(g) or own or wire_floor(g) is not None) or pipelined(g):
+    if not len(idx) or not (jax_on_gloo(g) or own or wire_floor(g) is not None or torch_ddp(g)) or pipelined(g):
         return out
     if g.meta.topology is not None or own:
         return g.dur[idx] - model_prices(g, idx, current_topology(g), current_scheme(g))
@@ -288,11 +299,15 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
         own = g.dur[idx] - fitted_stalls(g, fit)[idx]
     except DagprofError:  # nothing fitted: ``retime_collectives`` prices nothing either
         return out
-    if jax_on_gloo(g):
+    if jax_on_gloo(g) or torch_ddp(g):
         _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0,
                             return_inverse=True)
         like = like.ravel()
-        out = own - (np.bincount(like, weights=own) / np.bincount(like))[like]
+        # a DDP instance timed at 0 us (its first rank out before the last joined) is fitted to nothing (``profiled_comm``):
+        # its size's mean is that of those timed, and it keeps its 0 us at the profiled link
+        timed = np.ones(len(idx)) if jax_on_gloo(g) else (g.dur[idx] > 0).astype(float)
+        counts = np.bincount(like, weights=timed)[like]
+        out = own - np.where(counts > 0, np.bincount(like, weights=own * timed)[like] / np.maximum(counts, 1), own)
     floored = floored_kinds(g, fit)
     if floored:  # a kind's link the wire floored (``passes.link_fit.wire_floor``): its instances keep all they took beside its price
         topo = fit_topology(g, fit)

@@ -30,7 +30,7 @@ from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
 from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim
 from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
-from .link_fit import graph_world_size, hybrid
+from .link_fit import graph_world_size, hybrid, torch_ddp
 from .padded_gathers import padded_gather_bytes
 from .zero import scale_zero_step
 
@@ -64,7 +64,8 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     out = _gathered_sparse(out, workers, n0)
     par = out.meta.parallel
     out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
-    return retime_collectives(out, topo, spec, lags_on=current_topology(g))
+    # a DDP graph already priced (whatif's model of the profiled run) keeps each collective's own time beside its price
+    return retime_collectives(out, topo, spec, lags_on=current_topology(g), keep_own=g.meta.topology is not None and torch_ddp(g))
 
 
 def _gathered_sparse(g: Graph, workers: int, n0: int) -> Graph:
