@@ -3,7 +3,7 @@
 Jobs: stop 63's DDP BiLSTM-CRF (``crf``) and HSDP dual encoder (``dual``: profiled 1x2 with ``--shard 2``, so 4 ranks
 run 2x2, the replicate degree ``--workers`` grows), stop 64's DDP PPO (``ppo``) and FSDP2 NeRF (``nerf``), six more DDP
 scripts of ``bench/ddp_fresh`` that stop 65 held out for ``--workers 4 --cores 2``, and stop 65's DDP GAT (``gat``,
-``find_unused_parameters=True``).
+``find_unused_parameters=True``) and Double DQN (``dqn``: 4-5 equal bucket all-reduces in the window).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -40,6 +40,7 @@ from whatif_cli import Refused, whatif_json  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_encoder.py", "--shard", "2"],
         "ppo": ["ddp_fresh/ppo_cartpole.py"], "nerf": ["fsdp_fresh/nerf_rays.py"], "gat": ["ddp_fresh/gat_edges.py"],
+        "dqn": ["ddp_fresh/dqn_replay.py"],
         # stop 65's held-out DDP scripts for --workers 4 --cores 2 (w4cores65)
         "ddpm": ["ddp_fresh/ddpm_unet_ema.py"], "capsnet": ["ddp_fresh/capsnet_scaler.py"], "tied": ["ddp_fresh/ckpt_static_tied.py"],
         "dlrm": ["ddp_fresh/dlrm_mini.py"], "twotower": ["ddp_fresh/two_tower.py"], "grulm": ["ddp_fresh/tied_gru_lm.py"]}
@@ -53,7 +54,7 @@ PROFILES = {"profile-lo": ("lo", "w4", ("--workers", "2,4", "--cores", "2")),
 MIN_CELL_S = 25
 GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
-CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
+CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "dqn": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
          "grulm": 75}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
