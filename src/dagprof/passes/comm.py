@@ -265,18 +265,19 @@ def model_prices(g: Graph, idx: np.ndarray, topo: Topology, spec: CollectiveSpec
 
 
 def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) -> np.ndarray:
-    """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``) or a PyTorch DDP job's timed one at a time
-    (``torch_ddp``), its own time beside its price that no link change moves (0 elsewhere): as measured, its time less its
-    stall (``keep_stalls``) less the mean of its kind and size (one collective of the program, one a step; a DDP one's over
-    those timed, so that one timed at 0 us, its first rank out before the last joined, keeps its 0); priced
-    (``meta.topology``), its time less its price there. An FSDP job's instances of a kind the profiled wire floored
-    (``passes.link_fit.wire_floor``) keep theirs likewise.
+    """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``), its own time beside its price that no link
+    change moves (0 elsewhere): as measured, its time less its stall (``keep_stalls``) less the mean of its kind and size
+    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there. A PyTorch DDP
+    job's timed one at a time (``torch_ddp``): only one timed at 0 us (its first rank out before the last joined), which no
+    fit took (``profiled_comm``), keeps its 0 beside the mean of those timed of its size. An FSDP job's instances of a kind
+    the profiled wire floored (``passes.link_fit.wire_floor``) keep theirs likewise.
 
     ``bench/ddp_fresh/dqn_replay.py`` profiled on loopback at load 13-18 (``tests/data/ddp-fresh/dqn-loaded``): its equal
     576 kB buckets took 4.6-10.5 ms after the last rank joined while each rank's threads but its main one (gloo's) waited
-    22-81 ms a step for a core against 0.7-1.1 ms of CPU (``RankFile.other_threads_ns``), and one took 0 us; each priced
-    at the mean of the four timed, the model of the profiled run came out +2.4 % and every what-if was refused. Each at its
-    own time, +0.5 % (the replay's own miss).
+    22-81 ms a step for a core against 0.7-1.1 ms of CPU (``RankFile.other_threads_ns``), and one took 0 us; that one
+    priced at the mean of the four timed, the model of the profiled run came out +2.4 % and every what-if was refused; at
+    its 0, +0.5 % (the replay's own miss). Every timed DDP instance at its own time too (as JAX's) moved 8 of 16 held-out
+    ``--workers 4 --cores 2`` cells further (``bench/fresh_rounds.py``, 2026-12-07), so they keep their mean.
 
     At the profiled link every instance then costs what it measured, and a step follows its own collectives, not their
     means, while each kind and size keeps its mean price. gloo's 2-rank all-gather ends with its first rank out
@@ -304,10 +305,12 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
                             return_inverse=True)
         like = like.ravel()
         # a DDP instance timed at 0 us (its first rank out before the last joined) is fitted to nothing (``profiled_comm``):
-        # its size's mean is that of those timed, and it keeps its 0 us at the profiled link
+        # its size's mean is that of those timed, and it keeps its 0 us at the profiled link; the timed keep their mean
         timed = np.ones(len(idx)) if jax_on_gloo(g) else (g.dur[idx] > 0).astype(float)
         counts = np.bincount(like, weights=timed)[like]
         out = own - np.where(counts > 0, np.bincount(like, weights=own * timed)[like] / np.maximum(counts, 1), own)
+        if not jax_on_gloo(g):
+            out[timed > 0] = 0.0
     floored = floored_kinds(g, fit)
     if floored:  # a kind's link the wire floored (``passes.link_fit.wire_floor``): its instances keep all they took beside its price
         topo = fit_topology(g, fit)

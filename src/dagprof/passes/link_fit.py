@@ -562,8 +562,8 @@ def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, A
 def torch_ddp(g: Graph) -> bool:
     """A PyTorch job's collectives of plain data parallelism (DDP's buckets, a script's own calls), not FSDP's (their kinds
     on links of their own: ``profiled_kinds``) nor a parameter server's, timed one at a time (``GraphMeta.comm_lanes``:
-    where two overlap, which of them a stretch of time was is not known, ``fit_link``): each instance keeps its time
-    beside its size's mean (``passes.comm.instance_residuals``)."""
+    where two overlap, which of them a stretch of time was is not known, ``fit_link``): one timed at 0 us keeps it
+    (``passes.comm.instance_residuals``)."""
     return g.meta.framework is None and not is_fsdp_graph(g) and not is_ps_graph(g) and g.meta.comm_lanes <= 1
 
 
