@@ -70,6 +70,7 @@ from .link_fit import (
     priced_comm,
     priced_world_size,
     profiled_collectives,
+    torch_ddp,
     wire_floor,
 )
 
@@ -266,8 +267,17 @@ def model_prices(g: Graph, idx: np.ndarray, topo: Topology, spec: CollectiveSpec
 def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) -> np.ndarray:
     """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``), its own time beside its price that no link
     change moves (0 elsewhere): as measured, its time less its stall (``keep_stalls``) less the mean of its kind and size
-    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there. An FSDP
-    job's instances of a kind the profiled wire floored (``passes.link_fit.wire_floor``) keep theirs likewise.
+    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there. A PyTorch DDP
+    job's timed one at a time (``torch_ddp``): only one timed at 0 us (its first rank out before the last joined), which no
+    fit took (``profiled_comm``), keeps its 0 beside the mean of those timed of its size. An FSDP job's instances of a kind
+    the profiled wire floored (``passes.link_fit.wire_floor``) keep theirs likewise.
+
+    ``bench/ddp_fresh/dqn_replay.py`` profiled on loopback at load 13-18 (``tests/data/ddp-fresh/dqn-loaded``): its equal
+    576 kB buckets took 4.6-10.5 ms after the last rank joined while each rank's threads but its main one (gloo's) waited
+    22-81 ms a step for a core against 0.7-1.1 ms of CPU (``RankFile.other_threads_ns``), and one took 0 us; that one
+    priced at the mean of the four timed, the model of the profiled run came out +2.4 % and every what-if was refused; at
+    its 0, +0.5 % (the replay's own miss). Every timed DDP instance at its own time too (as JAX's) moved 8 of 16 held-out
+    ``--workers 4 --cores 2`` cells further (``bench/fresh_rounds.py``, 2026-12-07), so they keep their mean.
 
     At the profiled link every instance then costs what it measured, and a step follows its own collectives, not their
     means, while each kind and size keeps its mean price. gloo's 2-rank all-gather ends with its first rank out
@@ -281,7 +291,7 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
     (``own_call_link``), as measured or priced."""
     out = np.zeros(len(idx))
     own = own_call_cost(g) is not None
-    if not len(idx) or not (jax_on_gloo(g) or own or wire_floor(g) is not None) or pipelined(g):
+    if not len(idx) or not (jax_on_gloo(g) or own or wire_floor(g) is not None or torch_ddp(g)) or pipelined(g):
         return out
     if g.meta.topology is not None or own:
         return g.dur[idx] - model_prices(g, idx, current_topology(g), current_scheme(g))
@@ -290,11 +300,17 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
         own = g.dur[idx] - fitted_stalls(g, fit)[idx]
     except DagprofError:  # nothing fitted: ``retime_collectives`` prices nothing either
         return out
-    if jax_on_gloo(g):
+    if jax_on_gloo(g) or torch_ddp(g):
         _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0,
                             return_inverse=True)
         like = like.ravel()
-        out = own - (np.bincount(like, weights=own) / np.bincount(like))[like]
+        # a DDP instance timed at 0 us (its first rank out before the last joined) is fitted to nothing (``profiled_comm``):
+        # its size's mean is that of those timed, and it keeps its 0 us at the profiled link; the timed keep their mean
+        timed = np.ones(len(idx)) if jax_on_gloo(g) else (g.dur[idx] > 0).astype(float)
+        counts = np.bincount(like, weights=timed)[like]
+        out = own - np.where(counts > 0, np.bincount(like, weights=own * timed)[like] / np.maximum(counts, 1), own)
+        if not jax_on_gloo(g):
+            out[timed > 0] = 0.0
     floored = floored_kinds(g, fit)
     if floored:  # a kind's link the wire floored (``passes.link_fit.wire_floor``): its instances keep all they took beside its price
         topo = fit_topology(g, fit)
@@ -306,14 +322,15 @@ def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) ->
 
 def carried_own_time(g: Graph) -> np.ndarray:
     """Per node of ``g``, us: the time each priced collective keeps beside its price (``instance_residuals``) where a
-    known wire floors its kind (``wire_floor``; 0 elsewhere), for a pass that rebuilds the collectives to give each
-    rebuilt one its source's (``retime_collectives``' ``own_us``). Without it a rebuilt collective of a floored kind costs
-    the wire's price alone: the HSDP dual encoder's 1 Gbit/s profile (``tests/data/fsdp-fresh/dual-1x2-1gbit``) with
-    ``--profiled-bandwidth 1Gbit`` predicted ``--workers 2``, its own layout, at 244 ms against its model's 236 (+3.5 %),
-    and ``--workers 4`` (2x2) +3.1 % over the same what-if without the wire: the head start its small collectives
-    measured (``passes.link_fit.wire_floor``) lost wherever the workers changed."""
+    known wire floors its kind (``wire_floor``), or of a DDP job already priced (``torch_ddp``: a bucket timed at 0 us
+    keeps its 0; 0 elsewhere), for a pass that rebuilds the collectives to give each rebuilt one its source's
+    (``retime_collectives``' ``own_us``). Without it a rebuilt collective of a floored kind costs the wire's price alone:
+    the HSDP dual encoder's 1 Gbit/s profile (``tests/data/fsdp-fresh/dual-1x2-1gbit``) with ``--profiled-bandwidth 1Gbit``
+    predicted ``--workers 2``, its own layout, at 244 ms against its model's 236 (+3.5 %), and ``--workers 4`` (2x2) +3.1 %
+    over the same what-if without the wire: the head start its small collectives measured (``passes.link_fit.wire_floor``)
+    lost wherever the workers changed."""
     out = np.zeros(len(g))
-    if wire_floor(g) is None:
+    if wire_floor(g) is None and not (g.meta.topology is not None and torch_ddp(g)):
         return out
     idx = np.flatnonzero(priced_comm(g))
     out[idx] = instance_residuals(g, idx)

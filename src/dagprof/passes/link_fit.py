@@ -559,6 +559,14 @@ def _kind_links(g: Graph, overhead_us: float, fit: LinkFit) -> list[tuple[str, A
     return out
 
 
+def torch_ddp(g: Graph) -> bool:
+    """A PyTorch job's collectives of plain data parallelism (DDP's buckets, a script's own calls), not FSDP's (their kinds
+    on links of their own: ``profiled_kinds``) nor a parameter server's, timed one at a time (``GraphMeta.comm_lanes``:
+    where two overlap, which of them a stretch of time was is not known, ``fit_link``): one timed at 0 us keeps it
+    (``passes.comm.instance_residuals``)."""
+    return g.meta.framework is None and not is_fsdp_graph(g) and not is_ps_graph(g) and g.meta.comm_lanes <= 1
+
+
 def jax_on_gloo(g: Graph) -> bool:
     """A JAX job's collectives through gloo (XLA's CPU client), whose all-gathers' nodes end with their first rank out
     (``transfer_spanned``)."""

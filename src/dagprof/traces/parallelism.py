@@ -410,24 +410,50 @@ def _phases(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
     return phase
 
 
-def _update_to_forward(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
+def _loop_own(trace: RankTrace, inst: _Instances) -> np.ndarray:
+    """Per instance of a dagprof run's rank whose gradients DDP's buckets carry (not FSDP2's, whose root gathers before its
+    first layer's forward, nor a script's own data parallelism, whose calls after its optimizer step may be its training's):
+    is it the loop's own, a sized call in no bucket issued before its step's first layer forward or after its optimizer
+    step (``_update_to_forward`` on the hooks' ``Kind.FORWARD`` and ``Kind.UPDATE`` spans), not a broadcast (DDP's buffer
+    broadcasts run inside its forward, before its first layer's)? Those of no size stay as they were (DDP ``join()``'s, at
+    each forward). ``bench/ddp_fresh/gat_edges.py``'s logged accuracy (16 B, every 5th step, between ``opt.step()`` and
+    the next forward) read "DP": at 1 Gbit/s one took 4.5 ms while the ranks' other threads waited 5-13 ms for a core,
+    and the link fitted to it and the 170 kB buckets put 2.3 ms of latency on every bucket (the model of the profiled run
+    +11.8 %, refused)."""
+    if trace.meta.format != "dagprof-rank" or trace.meta.fsdp is not None or not (inst.bucket >= 0).any():
+        return np.zeros(len(inst.coll), dtype=bool)
+    ev = trace.events
+    main = np.array([lane.main for lane in trace.lanes], dtype=bool)
+    on_main = main[ev.lane] if len(main) else np.zeros(len(ev), dtype=bool)
+    first = np.array([m[np.argmin(ev.start[m])] for m in inst.rows], dtype=np.int64)
+    mine = _update_to_forward(trace, first, (ev.kind == Kind.UPDATE) & on_main, (ev.kind == Kind.FORWARD) & on_main)
+    plain = np.array([c not in P2P and c not in (CommKind.ALL_TO_ALL, CommKind.BROADCAST) for c in inst.coll], dtype=bool)
+    return mine & plain & (inst.bucket < 0) & (inst.nbytes > 0)
+
+
+def _update_to_forward(trace: RankTrace, rows: np.ndarray, update: np.ndarray | None = None, forward: np.ndarray | None = None) -> np.ndarray:
     """Per row: does it start after its step's optimizer step (``OPTIMIZER_STEP`` ranges on the host) ended, or before the
     step's first forward range (``FORWARD_RANGE``: the wrapper's, as DDP and FSDP record it), where the step's optimizer
     step followed its backward pass? The optimizer has applied the gradients by then, and has not yet the next ones, so
     what the job exchanges there is its own: a DCP save's object gathers and broadcasts, after ``opt.step()`` or at the top
     of the next iteration, read "DP" from the gradients' all-reduce in their group, and ``--workers`` scaled them as
     gradient traffic. ZeroRedundancyOptimizer's broadcasts run inside its step, DDP's buffer broadcasts and FSDP's gathers
-    inside the forward ranges and the passes: none is between them."""
+    inside the forward ranges and the passes: none is between them. ``update``, ``forward``: per event, the optimizer steps
+    and forwards to go by where not those ranges (``_loop_own``)."""
     ev = trace.events
     out = np.zeros(len(rows), dtype=bool)
-    named = np.array([n.startswith(OPTIMIZER_STEP) for n in ev.names], dtype=bool)
     cpu = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
-    if not len(rows) or not named.any() or not len(cpu):
+    if not len(rows) or not len(cpu):
         return out
-    steps = np.flatnonzero(named[ev.name] & cpu[ev.lane])
+    if update is None or forward is None:
+        named = np.array([n.startswith(OPTIMIZER_STEP) for n in ev.names], dtype=bool)
+        ranges = np.array([bool(FORWARD_RANGE.search(n)) for n in ev.names], dtype=bool)
+        update, forward = (named[ev.name] if len(named) else np.zeros(len(ev), bool)), (ranges[ev.name] if len(ranges) else np.zeros(len(ev), bool))
+    if not update.any():
+        return out
+    steps = np.flatnonzero(update & cpu[ev.lane])
     bwd = np.flatnonzero((ev.kind == Kind.BACKWARD) & cpu[ev.lane])
-    forward = np.array([bool(FORWARD_RANGE.search(n)) for n in ev.names], dtype=bool)
-    fwd = np.flatnonzero(forward[ev.name] & cpu[ev.lane])
+    fwd = np.flatnonzero(forward & cpu[ev.lane])
     for s in np.unique(ev.step[rows]).tolist():
         u, b, f = steps[ev.step[steps] == s], bwd[ev.step[bwd] == s], fwd[ev.step[fwd] == s]
         if len(u) and len(b) and (done := float(ev.end[u].max())) > float(ev.end[b].max()):
@@ -488,6 +514,8 @@ def _label_rank(trace: RankTrace) -> _Labels:
                for c in inst.coll]
         dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == CommKind.ALL_TO_ALL else Dim.DP for c in inst.coll]
         _resharding(trace, inst, dims, why)
+        for k in np.flatnonzero(_loop_own(trace, inst)).tolist():
+            out.set_aside(k, Aside.JOB_OWN, Dim.JOB)
         return out
     desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
