@@ -159,7 +159,8 @@ def _hsdp_edit(damage: str):
 
 
 def _tf_edit(damage: str):
-    """Rank 1's record of TF's packed all-reduce: its row bytes another width or gone, its lookups or grad bytes changed."""
+    """Rank 1's record of TF's packed all-reduce: its row bytes another width or gone, its lookups renamed, its grad bytes
+    changed."""
     def edit(o) -> bool:
         if not isinstance(o, dict) or o.get("framework") != "tensorflow" or not o.get("collective_row_bytes"):
             return False
@@ -168,7 +169,7 @@ def _tf_edit(damage: str):
         elif damage == "tf-rows-gone":
             o.pop("collective_row_bytes")
         elif damage == "tf-lookups":
-            o["collective_lookups"] = {k: (v * 3 if isinstance(v, int) else v) for k, v in o["collective_lookups"].items()}
+            o["collective_lookups"] = {k: [f"{x}_1" for x in v] for k, v in o["collective_lookups"].items()}
         else:
             o["grad_bytes"] = o["grad_bytes"] * 3
         return True

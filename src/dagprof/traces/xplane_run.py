@@ -110,10 +110,11 @@ SAME_MODEL = ("grad_bytes", "embedding_grad_bytes", "collective_row_bytes", "col
 def _check_same_model(info: XplaneRank, first: XplaneRank | None, rpath: str) -> None:
     """Refuse a rank file whose model figures (``SAME_MODEL``) differ from rank 0's: every worker runs the same graph, so
     such a file is another job's or a damaged one (each rank's collectives are sized from its own, and the matched
-    collectives took the first rank's silently)."""
+    collectives took the first rank's silently). A figure one of them lacks (a collector before it) is the reader's to
+    warn of, where it sizes the collectives without it."""
     for key in SAME_MODEL if first is not None else ():
         mine, theirs = getattr(info, key), getattr(first, key)
-        if mine != theirs:
+        if mine and theirs and mine != theirs:
             what = next((k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)), "") if isinstance(mine, dict) else ""
             said = f"{key}[{what!r}] is {mine.get(what)!r}, {rank_file(first.rank)}'s {theirs.get(what)!r}" if what else \
                 f"{key} is {mine!r}, {rank_file(first.rank)}'s {theirs!r}"
