@@ -1,6 +1,7 @@
 """Damages of the inputs added at stop 65 that no sweep fed yet (``damage_65``/``damage_64``/``damage_63`` are the machinery;
-this file adds kinds, damages and flags to them): the CTR ranker's profile under ``replicate()`` with the PowerSGD strategy
-searched on it and its codec costs (``powersgd-ctr``), the HSDP dual encoder profiled at 1 Gbit/s
+this file adds kinds, damages and flags to them): the CTR ranker's profile under ``replicate()`` (``powersgd-ctr/defaults``;
+its codec costs are not swept: ``optimize`` stages its outputs in a new folder and measures them afresh, never reading
+``-o``'s), the HSDP dual encoder profiled at 1 Gbit/s
 (``fsdp-fresh/dual-1x2-1gbit``: each unit's shard all-reduced over a replicate group of one rank), the TF translator whose
 dense gradients TF packs into one all-reduce sized by ``collective_row_bytes`` (``tf/translator-pack``), and the Kineto
 traces of a DCP save before the next forward (``ddp-fresh/dcp-kineto-early``, given its own fields here).
@@ -8,8 +9,7 @@ traces of a DCP save before the next forward (``ddp-fresh/dcp-kineto-early``, gi
 Damages: ``damage_64``'s generic rank damages and clocks shifted (an hour, 3 s); each format's own fields (the run
 manifest's world size, steps, format, backend, Kineto flag; a DDP rank's bucket cap, group, comm hook on one rank; the
 HSDP replicate group, mesh, all-gather dtype on one rank; TF's packed all-reduce's row bytes, lookups, grad bytes, an
-XPlane gone, cut, swapped; a Kineto collective's ``Input Dims`` or its process group on one rank, one rank's clock moved;
-not the codec costs: ``optimize`` stages its outputs in a new folder and measures them afresh, never reading ``-o``'s);
+XPlane gone, cut, swapped; a Kineto collective's ``Input Dims`` or its process group on one rank, one rank's clock moved);
 wrong flags on every command whose behaviour changed at stop 65 (``--profiled-bandwidth`` off the fitted link or on
 non-FSDP jobs, ``optimize`` with PowerSGD and no calibration, ``--cores`` on DDP profiles without gloo's thread record,
 ...), with and without ``--json``::
