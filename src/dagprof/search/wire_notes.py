@@ -17,6 +17,9 @@ from ..units import count
 from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
+# a fit faster than this many times the profiled wire: not the wire it ran on. Fits reach twice it (TF's 109-200 %, JAX's
+# 188-189 % in docs/evidence.md: a shaper's burst, bytes crossed outside the timed transfers); four times is none's
+OUTRUNS_WIRE = 4.0
 
 
 def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[Scenario]) -> tuple[dict | None, list[str]]:
@@ -39,6 +42,10 @@ def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[S
         return out, [f"--profiled-bandwidth {written}: the {fit.collectives} collectives' ({nbytes / 1e6:.3g} MB) durations "
                      "show no time per byte, so nothing of them is wire time to keep apart"]
     head = f"--profiled-bandwidth {written}: the link fitted to {fit.collectives} collectives ({nbytes / 1e6:.3g} MB) runs at {share:.0%} of it"
+    if share > OUTRUNS_WIRE:
+        raise DagprofError(f"--profiled-bandwidth {written}: the link fitted to {fit.collectives} collectives ({nbytes / 1e6:.3g} MB) "
+                           f"moved their bytes at {share:.1f} times that rate, which no wire allows (fits run up to about twice the "
+                           "wire they were profiled on): give the rate this run was profiled at")
     floored = floored_kinds(g, fit)
     if floored:  # an FSDP or JAX job's kinds that beat the wire are priced at it (``passes.link_fit.wire_floor``), not scaled
         out["floored_kinds"] = list(floored)

@@ -102,10 +102,30 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
     return _from_logdirs(folder)
 
 
+# what every worker's collector records alike: one model's gradient bytes, each collective's row width and lookups
+# (``_check_same_model``; a collective's traced whole sizes, ``collective_bytes``, may differ: one worker's trace may time an op the other's did not)
+SAME_MODEL = ("grad_bytes", "embedding_grad_bytes", "collective_row_bytes", "collective_lookups")
+
+
+def _check_same_model(info: XplaneRank, first: XplaneRank | None, rpath: str) -> None:
+    """Refuse a rank file whose model figures (``SAME_MODEL``) differ from rank 0's: every worker runs the same graph, so
+    such a file is another job's or a damaged one (each rank's collectives are sized from its own, and the matched
+    collectives took the first rank's silently). A figure one of them lacks (a collector before it) is the reader's to
+    warn of, where it sizes the collectives without it."""
+    for key in SAME_MODEL if first is not None else ():
+        mine, theirs = getattr(info, key), getattr(first, key)
+        if mine and theirs and mine != theirs:
+            what = next((k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)), "") if isinstance(mine, dict) else ""
+            said = f"{key}[{what!r}] is {mine.get(what)!r}, {rank_file(first.rank)}'s {theirs.get(what)!r}" if what else \
+                f"{key} is {mine!r}, {rank_file(first.rank)}'s {theirs!r}"
+            raise DagprofError(f"its {said}: every worker runs the same model (another job's or a damaged file)", rpath)
+
+
 def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
     world = manifest.world_size
     refuse_ranks_beyond(folder, world)
     ranks, gaps = [], []
+    first: XplaneRank | None = None
     warnings: list[str | RunWarning] = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
@@ -116,6 +136,8 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         if info.rank != r or info.world_size != world:
             raise DagprofError(f"holds rank {info.rank} of {info.world_size}, not rank {r} of {world} "
                                f"(a copy of another rank's file?)", rpath)
+        _check_same_model(info, first, rpath)
+        first = first or info
         if info.warnings and not info.steps_profiled:
             raise DagprofError(f"rank {r} profiled no step ({info.warnings[-1]})", rpath)  # the latest: why it ended so
         untimed = sorted(set(info.steps_profiled) - set(info.step_times_us))
