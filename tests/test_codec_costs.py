@@ -1,8 +1,21 @@
 """Codec costs measured on this machine: torch's own PowerSGD hook timed whole (one-process gloo group)."""
 from __future__ import annotations
 
+import json
+
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.collect.measure import codec_costs as measure
 from dagprof.collect.measure.codec_costs import measure_codec_costs
-from dagprof.costmodel.codecs import CodecCosts
+from dagprof.costmodel.codecs import CodecCosts, this_machine
+from dagprof.errors import DagprofError
+from dagprof.passes.gradients import GradientOrder, gradient_order
+from dagprof.pipeline import open_run
+from dagprof.search.measured import codec_costs
+
+CTR = DATA / "powersgd-ctr"
 
 
 def test_powersgd_hook_measured_whole_per_gradient():
@@ -52,3 +65,49 @@ def test_cost_file_measured_per_shape_once_across_ranks():
     assert costs.powersgd[1]["a"] is costs.powersgd[1]["b"] and costs.powersgd[2]["a"] is not costs.powersgd[1]["a"]
     assert costs.powersgd_bucket_us > 0 and all(c.hook_issue_us >= 0 and c.hook_middle_us >= 0 and c.hook_decode_us >= 0
                                                 for per in costs.powersgd.values() for c in per.values())
+
+
+
+def _ctr() -> tuple[GradientOrder, dict, dict[str, list[int]]]:
+    """The CTR ranker's gradients, its recorded codec-cost file (no shapes, another host's name) and its gradients' shapes."""
+    p = open_run(str(CTR / "defaults"))
+    order = gradient_order(p.graph, p.run.ranks[0].buckets, p.run.ranks[0].meta.find_unused)
+    shapes = {q: list(s) for q, s in zip(order.params, order.shapes) if s is not None}
+    return order, json.loads((CTR / "codec-costs.json").read_text()), shapes
+
+
+def test_kept_costs_read_for_this_machine_and_model_else_measured_again(tmp_path, monkeypatch):
+    # dagprof optimize -o OUT keeps OUT/codec-costs.json: the next run reads it where this machine measured it for these
+    # gradients' shapes, measures again (saying why) where the machine or a shape differs, and refuses a damaged one
+    order, d, shapes = _ctr()
+    kept, out = tmp_path / "kept.json", str(tmp_path / "out.json")
+    measured = CodecCosts({"fp16": 1e-3, "bf16": 1e-3}, {"fp16": 1e-3, "bf16": 1e-3}, machine="fresh")
+    monkeypatch.setattr(measure, "measure_codec_costs", lambda *a, **k: measured)  # measuring takes seconds of torch
+
+    def price(**changed):
+        kept.write_text(json.dumps(d | {"machine": this_machine(), "shapes": shapes} | changed))
+        return codec_costs(order, (2, 4), out, str(kept))
+
+    costs, said = price()
+    assert costs is not measured and "read from" in said and CodecCosts.load(out) == costs  # the output folder holds what priced
+    first = next(p for p, s in shapes.items() if len(s) == 2)
+    for changed, why in (({"machine": "other x86_64"}, "'other x86_64'"), ({"shapes": shapes | {first: [3, 3]}}, f"{first} as [3, 3]"),
+                         ({"shapes": {}}, "no gradient shapes")):
+        costs, said = price(**changed)
+        assert costs is measured and "measured on this machine again" in said and why in said
+    kept.write_text('{"format": "dagprof-codec')
+    with pytest.raises(DagprofError, match="kept.json: .*delete it to measure them again"):
+        codec_costs(order, (2, 4), out, str(kept))
+
+
+def test_optimize_reads_the_codec_costs_its_output_folder_kept(tmp_path, capsys):
+    # the second dagprof optimize --allow-lossy -o OUT reads OUT/codec-costs.json and says so (it staged its outputs in a new
+    # folder and measured again on every run before)
+    _, d, shapes = _ctr()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "codec-costs.json").write_text(json.dumps(d | {"machine": this_machine(), "shapes": shapes}))
+    assert main(["optimize", str(CTR / "defaults"), "--allow-lossy", "--budget", "1", "-o", str(out), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith(f"codec costs read from {out / 'codec-costs.json'}") for n in notes)
+    assert CodecCosts.load(out / "codec-costs.json").shapes  # published again with this run's outputs

@@ -47,8 +47,11 @@ class Found:
 
 
 def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None,
-                  allow_missing_ranks: bool = False, raw: bool = False) -> Found:
+                  allow_missing_ranks: bool = False, raw: bool = False, kept_dir: str | None = None) -> Found:
     """Search ``run``; write ``out_dir/strategy.json`` only when the search says it is worth applying.
+
+    ``kept_dir``: the folder an earlier run left its outputs in (``dagprof optimize``'s ``-o``, where ``out_dir`` stages this
+    run's): its ``codec-costs.json`` is read where it fits this machine and model (``search.measured.codec_costs``).
 
     Unless ``raw``, the search starts from op times with the profiler's own cost removed (``passes.profiler_cost``),
     as the strategy will run unprofiled; a note says what was done, or why nothing was. Where the wall steps cannot show
@@ -78,7 +81,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         res = search_fsdp(g, opts.budget_s, opts.allow_lossy, opts.memory_budget, run)
     else:
         refuse_own_ddp_setup(g, "the search")
-        res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
+        res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE), kept_dir and os.path.join(kept_dir, CODEC_COSTS_FILE))
     res.notes.append(said)
     if note := rank_load_note(prof.run):
         res.notes.append(note)

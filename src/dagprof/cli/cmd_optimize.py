@@ -29,7 +29,7 @@ HELP = "search bucket layout, compression, partition, recomputation by replay; w
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
-    add_out_argument(p, "strategy.json and verification logs")
+    add_out_argument(p, "strategy.json, verification logs and codec-costs.json (read again by the next --allow-lossy run here)")
     p.add_argument("--budget", type=seconds, default=30.0, metavar="SECONDS", help="search time budget (default 30, at most a week)")
     p.add_argument("--seed", type=int, default=0, help="search seed: the same seed proposes the same candidates (default 0)")
     p.add_argument("--allow-lossy", action="store_true", help="also try gradient compression (fp16, bf16, PowerSGD): changes the numerics")
@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> dict:
                    profiled_bandwidth=args.profiled_bandwidth,
                    progress=_search_bar(args.budget) if shown() else None)
     with outputs(args.out, args.run) as staged:
-        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks, raw=args.raw)
+        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks, raw=args.raw,
+                              kept_dir=staged.final)
         res = found.search
         if found.path is None and res.memory_reason:  # a budget nothing fits: refused, as an FSDP search refuses it
             raise DagprofError(res.memory_reason, "--memory-budget")

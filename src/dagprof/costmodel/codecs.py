@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 from dataclasses import asdict, astuple, dataclass, field
 from typing import Literal
 
@@ -69,13 +70,15 @@ class CodecCosts:
     machine: str = ""
     reference_op_us: float = 0.0  # collect.measure.overlap's reference op timed beside these costs (0: not timed)
     powersgd_bucket_us: float = 0.0  # torch's PowerSGD hook whole on a bucket of one scalar: its cost per bucket (0: not measured)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each measured gradient's shape (empty: older files kept none)
 
     def scaled(self, factor: float) -> "CodecCosts":
         """Every cost ``factor`` times as large (costs from an idle core, used inside a busier job)."""
         return CodecCosts({k: v * factor for k, v in self.encode_us_per_byte.items()}, {k: v * factor for k, v in self.decode_us_per_byte.items()},
                           {r: {p: PowerSGDCost(*(v * factor for v in astuple(c)))
                                for p, c in per.items()} for r, per in self.powersgd.items()},
-                          self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor, self.powersgd_bucket_us * factor)
+                          self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor, self.powersgd_bucket_us * factor,
+                          self.shapes)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -90,7 +93,7 @@ class CodecCosts:
             return cls(dict(d["encode_us_per_byte"]), dict(d["decode_us_per_byte"]),
                        {int(r): {p: PowerSGDCost(**c) for p, c in per.items()} for r, per in d.get("powersgd", {}).items()},
                        float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")), float(d.get("reference_op_us", 0.0)),
-                       float(d.get("powersgd_bucket_us", 0.0)))
+                       float(d.get("powersgd_bucket_us", 0.0)), {p: tuple(map(int, s)) for p, s in d.get("shapes", {}).items()})
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"malformed codec-cost file: {err}", path) from None
 
@@ -105,6 +108,11 @@ class CodecCosts:
             return cls.from_dict(json.loads(read_input(path)), path)
         except (ValueError, UnicodeDecodeError) as err:
             raise DagprofError(f"cannot read codec costs: {err}", path) from None
+
+
+def this_machine() -> str:
+    """The machine the costs are measured on, as ``CodecCosts.machine`` names it (its host name and processor)."""
+    return f"{platform.node()} {platform.processor() or platform.machine()}"
 
 
 def powersgd_split(shape: tuple[int, ...], rank: int) -> tuple[int, int, int]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
-from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..costmodel.codecs import CodecCosts, powersgd_split, this_machine
 from ..costmodel.topology import read_link_model
+from ..errors import DagprofError
 from ..passes.compression import Chained
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
@@ -119,18 +120,56 @@ def rank_load_note(run: Run) -> str | None:
             "load its own runs need not meet; profile again on quiet cores")
 
 
-def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:
-    """Measured once per machine and model (``path`` keeps them), re-measured when something is missing."""
+def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None, kept: str | None = None) -> tuple[CodecCosts, str]:
+    """The codecs' costs for this model's gradients, and one line saying where they came from.
+
+    ``kept``: an earlier run's file (``dagprof optimize``'s ``-o`` folder): read where it was measured on this machine for
+    these gradients' names and shapes at every searched rank; measured again, saying why, where the machine or the model
+    differ (a few seconds of torch); a damaged one is refused, naming it. The costs are an idle core's (the fastest of
+    alternating runs, ``collect.measure.codec_costs``), scaled to the job's load by the reference op timed beside them
+    (``in_job``), so a kept file stands while the load changes. ``path``: where the costs used are written (the run's
+    output folder); without ``kept``, costs already there (a recorded run's, tests' and benches') are read as given,
+    completed where something is missing."""
     shaped = [(p, s) for p, s in zip(order.params, order.shapes) if s is not None]
-    if path and os.path.exists(path):
+    why = ""
+    if kept and os.path.exists(kept):
+        try:
+            costs = CodecCosts.load(kept)
+        except DagprofError as err:
+            raise DagprofError(f"{err.problem}: the codec costs an earlier run kept; delete it to measure them again", kept) from None
+        why = _differs(costs, shaped, powersgd_ranks)
+        if not why:
+            if path and os.path.abspath(path) != os.path.abspath(kept):
+                costs.save(path)
+            return costs, f"codec costs read from {kept}, measured on this machine ({costs.machine}) for these gradients: delete it to measure them again"
+    elif not kept and path and os.path.exists(path):
         costs = CodecCosts.load(path)
-        have = all(r in costs.powersgd and all(p in costs.powersgd[r] or not powersgd_split(s, r)[1] for p, s in shaped)
-                   for r in powersgd_ranks) and (costs.powersgd_bucket_us > 0 or not powersgd_ranks)  # older files lack the hook measured whole
-        if have and {"fp16", "bf16"} <= set(costs.encode_us_per_byte):
-            return costs
+        if _complete(costs, shaped, powersgd_ranks):
+            return costs, f"codec costs read from {path}"
     from ..collect.measure.codec_costs import measure_codec_costs
 
     costs = measure_codec_costs(shaped, tuple(powersgd_ranks))
     if path:
         costs.save(path)
-    return costs
+    return costs, (f"codec costs measured on this machine{f' again ({kept} {why})' if why else ''}"
+                   f"{f', kept in {kept} for the next run' if kept else ''}")
+
+
+def _complete(costs: CodecCosts, shaped: list[tuple[str, tuple[int, ...]]], ranks: tuple[int, ...]) -> bool:
+    """Whether ``costs`` price every gradient PowerSGD compresses at each of ``ranks``, and the fp16/bf16 casts."""
+    have = all(r in costs.powersgd and all(p in costs.powersgd[r] or not powersgd_split(s, r)[1] for p, s in shaped)
+               for r in ranks) and (costs.powersgd_bucket_us > 0 or not ranks)  # older files lack the hook measured whole
+    return have and {"fp16", "bf16"} <= set(costs.encode_us_per_byte)
+
+
+def _differs(costs: CodecCosts, shaped: list[tuple[str, tuple[int, ...]]], ranks: tuple[int, ...]) -> str:
+    """Why a kept file does not price this model on this machine ("" where it does)."""
+    if costs.machine != (here := this_machine()):
+        return f"was measured on {costs.machine!r}, this is {here!r}"
+    if not costs.shapes:
+        return "keeps no gradient shapes (an older dagprof's)"
+    for p, s in shaped:
+        if costs.shapes.get(p) != tuple(s):
+            old = costs.shapes.get(p)
+            return f"holds {p} as {list(old)}, this model's is {list(s)}" if old else f"lacks this model's {p}"
+    return "" if _complete(costs, shaped, ranks) else f"lacks PowerSGD rank {', '.join(map(str, ranks))} or the casts"

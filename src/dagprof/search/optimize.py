@@ -324,9 +324,10 @@ def _fold(g: Graph, opts: Options) -> tuple[Graph, str | None]:
     return folded, f"rank symmetry: {len(info.classes)} of {g.world_size} ranks simulated during the search (averaged); the final prediction replays all"
 
 
-def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str | None = None) -> SearchResult:
+def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str | None = None, kept_costs: str | None = None) -> SearchResult:
     """``search`` on a loaded dagprof run: its DDP bucket layout and activation sizes come from rank 0's
-    profile; with ``allow_lossy`` the codec costs are measured on this machine (kept in ``costs_file``)."""
+    profile; with ``allow_lossy`` the codec costs are an earlier run's (``kept_costs``) where they fit this machine and
+    model, else measured on this machine, and written in ``costs_file`` (``measured.codec_costs``; a note says which)."""
     opts = opts or Options()
     if g.meta.fsdp is not None:
         raise DagprofError("this profile is an FSDP job: its strategies are searched by search.fsdp_optimize.search_fsdp "
@@ -340,7 +341,8 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     # only from the job's own (``in_job``)
     job = job_overlap(run)
     cluster = or_calibrated(job, opts.link_model)
-    costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), job) if opts.allow_lossy else None
+    costs, costs_from = codec_costs(order, opts.powersgd_ranks, costs_file, kept_costs) if opts.allow_lossy else (None, None)
+    costs = in_job(costs, job)
     opts = replace(opts, chained_allreduce=chained_in_job(cluster, profiled_stretch(run)))
     measured = cluster if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
@@ -350,6 +352,8 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     res = search(g, order, opts, costs, meta.layer_saved_bytes)
     if unmeasured:
         res.notes.append(NOT_MEASURED)
+    if costs_from:
+        res.notes.append(costs_from)
     best = res.best.candidate
     if best.codec.name == "powersgd" and not opts.chained_allreduce.allreduce:
         res.warnings.append(chained_unmeasured(nonempty_allreduces(order, best.ends, best.codec.rank)))
@@ -379,7 +383,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     c = strategy.compression
     job = job_overlap(like)  # read once: the codecs' yardstick (the job's own only), the chained all-reduces, the slowdown
     cluster = or_calibrated(job, link_model)
-    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, job)
+    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file)[0] if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
     slowdown, rate = slowdown_in(cluster)
     ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate,

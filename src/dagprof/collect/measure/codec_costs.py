@@ -10,12 +10,11 @@ shape in a one-process gloo group (its all-reduces then cost next to nothing): w
 from __future__ import annotations
 
 import math
-import platform
 import statistics
 import time
 from typing import Callable
 
-from ...costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split
+from ...costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split, this_machine
 
 _BYTES = 4 * 2**20
 Stretches = tuple[float, float, float]  # microseconds: to the hook's first all-reduce, from there to its last, after it
@@ -52,8 +51,8 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
         torch.set_num_threads(threads)
     from .overlap import reference_op_us
 
-    return CodecCosts(enc, dec, powersgd, copy, machine=f"{platform.node()} {platform.processor() or platform.machine()}",
-                      reference_op_us=reference_op_us(), powersgd_bucket_us=sum(nothing))
+    return CodecCosts(enc, dec, powersgd, copy, machine=this_machine(), reference_op_us=reference_op_us(),
+                      powersgd_bucket_us=sum(nothing), shapes={name: tuple(shape) for name, shape in params})
 
 
 def _interleaved(whole: Callable[[], Stretches], empty: Callable[[], Stretches], pairs: int, empties: list[Stretches]) -> Stretches:
