@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 
-from dagprof.analysis.foreign_cpu import NOTE_SHARE, shared_foreign_cpu, shared_cores_load_note
+from dagprof.analysis.foreign_cpu import NOTE_SHARE, shared_cores_load_note, shared_foreign_cpu
 from dagprof.cli.main import main
 from dagprof.pipeline import open_run
 
