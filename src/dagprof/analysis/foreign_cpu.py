@@ -22,7 +22,8 @@ runnable all step and its median step less its CPU, its own threads' and this fi
 holds is the rank's own CPU on quiet cores: beside the loop the loaded rank's process ran 0.77-1.41 times its quiet CPU
 (its threads poll while they wait), and its step less this figure came out -34.5 to +37.0 % of the quiet step, in the same
 order (Spearman 0.89); the same script's quiet step moved up to 29 % between rounds (hvd_simclr 65.6, 84.5 ms).
-For ranks that share cores it also counts the other ranks' work, so the note is given for ranks pinned alone only.
+For ranks that share cores it also counts the other ranks' work: there ``shared_foreign_cpu`` takes all the job's CPU on
+the host over its cores out of the wait (a bound below the others' work; said, never taken out of the op times).
 """
 from __future__ import annotations
 
@@ -39,7 +40,11 @@ from ..traces.meta import StepSched
 # its op times): of the 64 kept testbed jobs (the most of either rank) 46 waited 1.2-6.1 % of it so, the other 18 19.5-50.3 %,
 # none between; but quiet jobs of scripts that move more bytes a second wait up to 13.5 % so (2026-12-06, hvd_simclr and
 # hvd_lstm_lm, others' CPU 0.6-2.3 % of a core: the launcher's middlemen and the kernel's packet work, ksoftirqd, ran on the
-# ranks' cores, as they do in the job measured later), and beside a busy loop 48-50 %
+# ranks' cores, as they do in the job measured later), and beside a busy loop 48-50 %. Ranks sharing one host's cores
+# (``shared_foreign_cpu``; 2026-12-07, branch loadnote66, 182 distinct profiles of 2-4 ranks on 1-2 cores kept by the rounds of
+# stops 60-66 at load 2-6): 179 waited at most 7.5 % of a step beyond the job's own CPU (175 at most 2 %), the other three
+# 16-24 % (a PowerSGD conv's rounds 0 and 3, waiting for a core 1.05-1.27 times their CPU against 0.15-0.37 in its other
+# rounds, and an HSDP dual encoder's round 3); N-BEATS, SimSiam and a MoE LM profiled at load 19 36-66 %
 NOTE_SHARE = 0.15
 
 
@@ -69,12 +74,38 @@ def foreign_us(s: StepSched) -> float | None:
 def foreign_cpu(meta: GraphMeta) -> ForeignCpu | None:
     """Every rank's ``foreign_us`` over its profiled steps (``LoopSteps``), whether pinned or not; None where a rank has no
     step with its process's CPU recorded (not a dagprof collector's run, or an older file)."""
+    return _medians(meta, lambda r, s, x: foreign_us(x))
+
+
+def shared_foreign_cpu(meta: GraphMeta) -> ForeignCpu | None:
+    """For ranks sharing one host's cores (one host, not pinned apart): per rank and profiled step its training thread's
+    run-queue wait less the job's other CPU on the host that step (every rank's process's CPU but this thread's) over the
+    cores, at least 0: while the thread waited every core ran another thread, so at least that much of its wait the cores ran
+    no thread of the job (``foreign_us`` for one core and one rank). None on several hosts or pinned ranks (which host's
+    ranks contend is not recorded per rank), or where a step's process CPU was not recorded."""
+    loop = meta.loop_steps
+    if loop is None or len(meta.host_cpus) != 1 or meta.pinned_groups:
+        return None
+    cores = next(iter(meta.host_cpus.values())).cores
+
+    def beyond_job(r: int, s: int, x: StepSched) -> float | None:
+        procs = [y.process_cpu_us for q in loop.sched if (y := loop.sched[q].get(s)) is not None]
+        if len(procs) < len(loop.sched) or None in procs:
+            return None
+        return max(0.0, x.wait_us - (sum(procs) - x.cpu_us) / cores)
+
+    return _medians(meta, beyond_job)
+
+
+def _medians(meta: GraphMeta, wait_of: Callable[[int, int, StepSched], float | None]) -> ForeignCpu | None:
+    """Per rank the median over its profiled steps of its step and of ``wait_of(rank, step, its StepSched)``; None where a
+    rank has no step that gave one."""
     loop = meta.loop_steps
     if loop is None or not loop.profiled:
         return None
     step, foreign = {}, {}
     for r, steps in loop.profiled.items():
-        got = [(us, f) for s, us in steps.items() if (x := loop.sched.get(r, {}).get(s)) is not None and (f := foreign_us(x)) is not None]
+        got = [(us, f) for s, us in steps.items() if (x := loop.sched.get(r, {}).get(s)) is not None and (f := wait_of(r, s, x)) is not None]
         if not got:
             return None
         step[r], foreign[r] = statistics.median(us for us, _ in got), statistics.median(f for _, f in got)
@@ -97,6 +128,23 @@ def foreign_cpu_note(meta: GraphMeta) -> str | None:
             f"per step; up to {100 * f.share:.0f} %): other processes held the cores then, and the op times carry that load, "
             "so every row does too (46 of 64 two-host Horovod testbed jobs waited 1.2-6.1 % of a step so, at their level; "
             "profile again on quiet cores to predict the job at its level)")
+
+
+def shared_cores_load_note(meta: GraphMeta) -> str | None:
+    """A line for a profile whose ranks, sharing one host's cores, waited for them beyond all the job's CPU there by at least
+    ``NOTE_SHARE`` of the step (``shared_foreign_cpu``): other processes held the cores, which the op times carry; None
+    elsewhere (ranks pinned alone: ``foreign_cpu_note``)."""
+    f = shared_foreign_cpu(meta)
+    if f is None or f.share < NOTE_SHARE:
+        return None
+    loop = meta.loop_steps
+    waits = {r: statistics.median(x.wait_us for s in loop.profiled[r] if (x := loop.sched.get(r, {}).get(s)) is not None) for r in f.step_us}
+    per = ", ".join(f"rank {r} {waits[r] / 1e3:.1f} of its {f.step_us[r] / 1e3:.1f} ms step, {f.foreign_us[r] / 1e3:.1f} ms "
+                    f"({100 * f.foreign_us[r] / f.step_us[r]:.0f} %) beyond the job's own CPU" for r in sorted(f.step_us))
+    return (f"the training threads waited for a core in the profiled steps ({per}; median per step): other processes held the "
+            "host's cores then, so the op times carry that load and every row does too, and --cores queues the ranks again on "
+            "top of it (179 of 182 kept profiles of 2-4 ranks on 1-2 cores waited at most 8 % of a step so, six of three "
+            "scripts at load 19 36-66 %); profile again on quiet cores")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
-from ..analysis.foreign_cpu import ForeignRemoval, foreign_cpu_note, remove_foreign_load
+from ..analysis.foreign_cpu import ForeignRemoval, foreign_cpu_note, remove_foreign_load, shared_cores_load_note
 from ..analysis.interval import LEVEL, PredictionInterval, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
@@ -410,9 +410,9 @@ def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:
 
 
 def _foreign_cpu_notes(g: Graph, removal: ForeignRemoval | None) -> list[str]:
-    """Ranks pinned alone to a core that waited for it beyond their own threads' CPU (``analysis.foreign_cpu``): what was
-    taken out of their op times where it was, else the note."""
-    note = removal.describe() if removal is not None else foreign_cpu_note(g.meta)
+    """Ranks that waited for their cores beyond the job's own CPU (``analysis.foreign_cpu``): pinned alone to a core, what was
+    taken out of their op times where it was, else the note; sharing one host's cores, the note."""
+    note = removal.describe() if removal is not None else foreign_cpu_note(g.meta) or shared_cores_load_note(g.meta)
     return [note] if note else []
 
 
