@@ -239,11 +239,9 @@ def warmed_up_in_window(g: Graph) -> bool:
     loop = g.meta.loop_steps
     if loop is None or not g.meta.steps or not steady_applies(g) or measure_steady_compute(g).verdict is not None:
         return False
-    first, sched = steady_from(loop), loop.sched
-    steps = sorted(set.intersection(*(set(sched.get(r, {})) & set(loop.unprofiled[r]) for r in loop.unprofiled)))
-    cpu = {s: sum(sched[r][s].cpu_us for r in loop.unprofiled) for s in steps if s >= first}
-    before = [c for s, c in cpu.items() if s < min(g.meta.steps)]
-    after = [c for s, c in cpu.items() if s > max(g.meta.steps)]
+    first = steady_from(loop)
+    before = job_sched(loop, None, first, "cpu_us", until=min(g.meta.steps))
+    after = job_sched(loop, None, max(first, max(g.meta.steps) + 1), "cpu_us")
     if len(before) < 2 or len(after) < 2:
         return True
     return statistics.median(before) - statistics.median(after) > NOISE_SIGMAS * pooled_median_stderr(before, after)
@@ -333,12 +331,12 @@ def outside_stretch(loop: LoopSteps, window: set[int], first: int) -> float:
     return max(runnable_stretch(steps), 1.0)
 
 
-def job_sched(loop: LoopSteps, only: set[int] | None, first: int, field: str) -> list[float]:
-    """Per step that every rank recorded (profiled ``only``, or every unprofiled one from ``first`` on): ``field`` of
-    ``traces.meta.StepSched`` summed over the ranks (their CPU, or their waits, together)."""
+def job_sched(loop: LoopSteps, only: set[int] | None, first: int, field: str, until: int | None = None) -> list[float]:
+    """Per step that every rank recorded (profiled ``only``, or every unprofiled one from ``first`` on, before ``until``
+    where given): ``field`` of ``traces.meta.StepSched`` summed over the ranks (their CPU, or their waits, together)."""
     per_rank = loop.profiled if only is not None else loop.unprofiled
-    ids = [{s for s in per_rank[r] if (only is None or s in only) and s >= first and getattr(loop.sched.get(r, {}).get(s), field, None) is not None}
-           for r in per_rank]
+    ids = [{s for s in per_rank[r] if (only is None or s in only) and first <= s and (until is None or s < until)
+            and getattr(loop.sched.get(r, {}).get(s), field, None) is not None} for r in per_rank]
     common = sorted(set.intersection(*ids)) if ids else []
     return [sum(getattr(loop.sched[r][s], field) for r in per_rank) for s in common]
 
