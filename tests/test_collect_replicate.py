@@ -52,7 +52,9 @@ def _profile(tmp_path, *script_args: str) -> int:
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("replicate")
-    assert _profile(tmp) == 0
+    if _profile(tmp) != 0:  # once in a few hundred runs on a loaded 2-core host, a rank aborts in torch's teardown after
+        tmp = tmp_path_factory.mktemp("replicate")  # training ("terminate called without an active exception"): a job's
+        assert _profile(tmp) == 0  # exit, not what is tested here; a second failure is
     return str(tmp / "run")
 
 

@@ -186,25 +186,24 @@ def _check_even_windows(docs: list[tuple[str, RankFile]], folder: str) -> None:
 
 
 # how a DDP rank file says its model was wrapped: every rank of a job passes DDP the same (``_check_same_wrapper``)
-WRAPPER_FIELDS = ("comm_hook", "bucket_cap_mb", "find_unused")
+WRAPPER_FIELDS = ("ddp_api", "comm_hook", "bucket_cap_mb", "find_unused")
 
 
 def _check_same_wrapper(docs: list[tuple[str, RankFile]], folder: str) -> None:
-    """Every DDP rank of a job wraps its model alike: a rank whose file says another API built its DDP (``ddp_api``), or
-    another comm hook, bucket cap or ``find_unused_parameters`` (``WRAPPER_FIELDS``), is another job's file or a damaged
-    one, which the graph would label, price and ``optimize`` would answer as rank 0's (the comm hook and bucket cap are
-    read from rank 0 alone)."""
+    """Every DDP rank of a job wraps its model alike: a rank whose file says another API built its DDP, or another comm
+    hook, bucket cap or ``find_unused_parameters`` (``WRAPPER_FIELDS``), is another job's file or a damaged one, which the
+    graph would label, price and ``optimize`` would answer as rank 0's (the comm hook and bucket cap are read from rank 0
+    alone)."""
     ddp = [(path, f) for path, f in docs if f.ddp]
     for path, f in ddp[1:]:
         first, f0 = ddp[0]
-        if f.ddp_api != f0.ddp_api:
-            raise DagprofError(f"its gradients are reduced by {ddp_label(f.ddp_api)}, {os.path.relpath(first, folder)}'s by "
-                               f"{ddp_label(f0.ddp_api)} (ddp_api): every rank of a job wraps its model alike (another job's or a damaged file)", path)
         for name in WRAPPER_FIELDS:
             mine, theirs = getattr(f, name), getattr(f0, name)
-            if mine != theirs:
-                raise DagprofError(f"its {name} is {mine!r}, {os.path.relpath(first, folder)}'s {theirs!r}: every rank of a job "
-                                   f"wraps its model alike (another job's or a damaged file)", path)
+            if mine == theirs:
+                continue
+            said = (f"its gradients are reduced by {ddp_label(mine)}, {os.path.relpath(first, folder)}'s by {ddp_label(theirs)} "
+                    f"(ddp_api)") if name == "ddp_api" else f"its {name} is {mine!r}, {os.path.relpath(first, folder)}'s {theirs!r}"
+            raise DagprofError(f"{said}: every rank of a job wraps its model alike (another job's or a damaged file)", path)
 
 
 def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:

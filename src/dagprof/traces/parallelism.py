@@ -372,7 +372,7 @@ def _instances(trace: RankTrace) -> _Instances:
         nbytes=np.array([int(ev.nbytes[m].max()) for m in members], dtype=np.int64), phase=_phases(trace, first),
         bucket=np.array([int(ev.bucket[m].max()) for m in members], dtype=np.int64),
         dtensor=np.array([bool(inside[m].any()) for m in members], dtype=bool) if members else np.zeros(0, bool),
-        update_to_forward=_update_to_forward(trace, first),
+        update_to_forward=_update_to_forward(trace, first, *_named_bounds(trace)),
     )
 
 
@@ -431,24 +431,29 @@ def _loop_own(trace: RankTrace, inst: _Instances) -> np.ndarray:
     return mine & plain & (inst.bucket < 0) & (inst.nbytes > 0)
 
 
-def _update_to_forward(trace: RankTrace, rows: np.ndarray, update: np.ndarray | None = None, forward: np.ndarray | None = None) -> np.ndarray:
-    """Per row: does it start after its step's optimizer step (``OPTIMIZER_STEP`` ranges on the host) ended, or before the
-    step's first forward range (``FORWARD_RANGE``: the wrapper's, as DDP and FSDP record it), where the step's optimizer
-    step followed its backward pass? The optimizer has applied the gradients by then, and has not yet the next ones, so
-    what the job exchanges there is its own: a DCP save's object gathers and broadcasts, after ``opt.step()`` or at the top
-    of the next iteration, read "DP" from the gradients' all-reduce in their group, and ``--workers`` scaled them as
-    gradient traffic. ZeroRedundancyOptimizer's broadcasts run inside its step, DDP's buffer broadcasts and FSDP's gathers
-    inside the forward ranges and the passes: none is between them. ``update``, ``forward``: per event, the optimizer steps
-    and forwards to go by where not those ranges (``_loop_own``)."""
+def _named_bounds(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: is it an optimizer step (``OPTIMIZER_STEP`` ranges on the host), a forward range (``FORWARD_RANGE``: the
+    wrapper's, as DDP and FSDP record it)? Any trace's bounds for ``_update_to_forward``; a dagprof run's hooks give their
+    own spans (``_loop_own``)."""
+    ev = trace.events
+    named = np.array([n.startswith(OPTIMIZER_STEP) for n in ev.names], dtype=bool)
+    ranges = np.array([bool(FORWARD_RANGE.search(n)) for n in ev.names], dtype=bool)
+    return (named[ev.name] if len(named) else np.zeros(len(ev), bool)), (ranges[ev.name] if len(ranges) else np.zeros(len(ev), bool))
+
+
+def _update_to_forward(trace: RankTrace, rows: np.ndarray, update: np.ndarray, forward: np.ndarray) -> np.ndarray:
+    """Per row: does it start after its step's optimizer step (``update``, per event) ended, or before the step's first
+    forward (``forward``), where the step's optimizer step followed its backward pass? The optimizer has applied the
+    gradients by then, and has not yet the next ones, so what the job exchanges there is its own: a DCP save's object
+    gathers and broadcasts, after ``opt.step()`` or at the top of the next iteration, read "DP" from the gradients'
+    all-reduce in their group, and ``--workers`` scaled them as gradient traffic. ZeroRedundancyOptimizer's broadcasts run
+    inside its step, DDP's buffer broadcasts and FSDP's gathers inside the forward ranges and the passes: none is between
+    them."""
     ev = trace.events
     out = np.zeros(len(rows), dtype=bool)
     cpu = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
     if not len(rows) or not len(cpu):
         return out
-    if update is None or forward is None:
-        named = np.array([n.startswith(OPTIMIZER_STEP) for n in ev.names], dtype=bool)
-        ranges = np.array([bool(FORWARD_RANGE.search(n)) for n in ev.names], dtype=bool)
-        update, forward = (named[ev.name] if len(named) else np.zeros(len(ev), bool)), (ranges[ev.name] if len(ranges) else np.zeros(len(ev), bool))
     if not update.any():
         return out
     steps = np.flatnonzero(update & cpu[ev.lane])

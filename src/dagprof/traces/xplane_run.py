@@ -115,10 +115,11 @@ def _check_same_model(info: XplaneRank, first: XplaneRank | None, rpath: str) ->
     for key in SAME_MODEL if first is not None else ():
         mine, theirs = getattr(info, key), getattr(first, key)
         if mine and theirs and mine != theirs:
-            what = next((k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)), "") if isinstance(mine, dict) else ""
-            said = f"{key}[{what!r}] is {mine.get(what)!r}, {rank_file(first.rank)}'s {theirs.get(what)!r}" if what else \
-                f"{key} is {mine!r}, {rank_file(first.rank)}'s {theirs!r}"
-            raise DagprofError(f"its {said}: every worker runs the same model (another job's or a damaged file)", rpath)
+            if isinstance(mine, dict):  # name the first entry that differs, not two whole tables
+                what = next(k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k))
+                key, mine, theirs = f"{key}[{what!r}]", mine.get(what), theirs.get(what)
+            raise DagprofError(f"its {key} is {mine!r}, {rank_file(first.rank)}'s {theirs!r}: every worker runs the same model "
+                               f"(another job's or a damaged file)", rpath)
 
 
 def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
