@@ -241,16 +241,16 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
 def _two_phase_head_starts(g: Graph, idx: np.ndarray, own: np.ndarray, was: Topology, now: Topology) -> np.ndarray:
     """``own`` (the priced collectives ``idx``'s time beside their price: ``instance_residuals``) with the head start of
     each all-reduce of an FSDP job profiled on a known wire (``wire_floor``; gloo's reduce-scatter on CPU is one: two phases
-    a port, the second after the peer's first) shrunk by a slower link's rate, ``now`` against ``was`` (its kind's time per
-    byte): what beat the wire there was the shaper's burst on a phase, which at a slower rate covers that share of the
-    phase's bytes. An all-gather (one phase, sent as its rank joins) keeps its head start as time (``wire_floor``); a
-    faster link keeps every one as measured. Only a kind the wire floored has a head start beside its price.
+    a port, the second after the peer's first) scaled by a slower link's rate over the profiled one (its kind's time per
+    byte, ``was`` against ``now``): gone at a fifth of the rate, as measured, and whole at the profiled rate. An
+    all-gather (one phase, sent as its rank joins) keeps its head start as time (``wire_floor``); a faster link keeps
+    every one as measured. Only a kind the wire floored has a head start beside its price.
 
-    Measured on the testbed as hosts (``bench/tbf_gap_headstart.py``, 2 gloo ranks, a busy spell of 0.3-4 ms before each
-    call, 2026-12-07): all-reduces of 2 x 100 kB beat the framed wire by 0.2-0.6 ms at 1 Gbit/s and by at most 0.03 ms at
-    200 Mbit/s, at every spell; all-gathers of 100 kB beat it at neither. Kept as time, the HSDP transformer's
-    (``bench/fsdp_fresh/hsdp_transformer.py``) 1 Gbit/s reduce-scatters' 0.6-1.2 ms each were carried to 200 Mbit/s, where
-    they ran at the wire (issue 16)."""
+    Not tbf's bucket kept as time (1 ms of the rate, the same time at every rate): on the testbed as hosts
+    (``bench/tbf_gap_headstart.py``, 2 gloo ranks, a busy spell of 0.3-4 ms before each call, 2026-12-07) all-reduces of
+    2 x 100 kB beat the framed wire by 0.2-0.6 ms at 1 Gbit/s and by at most 0.03 ms at 200 Mbit/s at every spell, and
+    the HSDP transformer's (``bench/fsdp_fresh/hsdp_transformer.py``) 1 Gbit/s reduce-scatters, 0.6-1.2 ms under the
+    wire each, ran at it at 200 Mbit/s, where their head starts had been carried as time (issue 16)."""
     if not is_fsdp_graph(g) or wire_floor(g) is None or not (own < 0).any():
         return own
     kinds = _kind_labels(g, idx, True)
