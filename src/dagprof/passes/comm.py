@@ -168,6 +168,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     idx = np.flatnonzero(priced_comm(g))
     own_time = instance_residuals(g, idx, fit) if lags_on is None else (np.zeros(len(idx)) if own_us is None else own_us[idx])
+    if lags_on is None and measured_on is not None:
+        own_time = _two_phase_head_starts(g, idx, own_time, measured_on, topo)
     if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
         g = keep_stalls(g, fit)
     dur, gap = g.dur.copy(), g.gap.copy()
@@ -234,6 +236,31 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was, spec)[1], 0.0)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec, kinds_apart=apart))
+
+
+def _two_phase_head_starts(g: Graph, idx: np.ndarray, own: np.ndarray, was: Topology, now: Topology) -> np.ndarray:
+    """``own`` (the priced collectives ``idx``'s time beside their price: ``instance_residuals``) with the head start of
+    each all-reduce of an FSDP job profiled on a known wire (``wire_floor``; gloo's reduce-scatter on CPU is one: two phases
+    a port, the second after the peer's first) scaled by a slower link's rate over the profiled one (its kind's time per
+    byte, ``was`` against ``now``): gone at a fifth of the rate, as measured, and whole at the profiled rate. An
+    all-gather (one phase, sent as its rank joins) keeps its head start as time (``wire_floor``); a faster link keeps
+    every one as measured. Only a kind the wire floored has a head start beside its price.
+
+    Not tbf's bucket kept as time (1 ms of the rate, the same time at every rate): on the testbed as hosts
+    (``bench/tbf_gap_headstart.py``, 2 gloo ranks, a busy spell of 0.3-4 ms before each call, 2026-12-07) all-reduces of
+    2 x 100 kB beat the framed wire by 0.2-0.6 ms at 1 Gbit/s and by at most 0.03 ms at 200 Mbit/s at every spell, and
+    the HSDP transformer's (``bench/fsdp_fresh/hsdp_transformer.py``) 1 Gbit/s reduce-scatters, 0.6-1.2 ms under the
+    wire each, ran at it at 200 Mbit/s, where their head starts had been carried as time (issue 16)."""
+    if not is_fsdp_graph(g) or wire_floor(g) is None or not (own < 0).any():
+        return own
+    kinds = _kind_labels(g, idx, True)
+    out = own.copy()
+    for kind in {priced_kind(CommKind.REDUCE_SCATTER).label, priced_kind(CommKind.ALL_REDUCE).label}:
+        old, new = _beta(was.for_kind(kind)), _beta(now.for_kind(kind))
+        if new > old > 0:
+            on = (kinds == kind) & (own < 0)
+            out[on] *= old / new
+    return out
 
 
 def _kind_labels(g: Graph, idx: np.ndarray, apart: bool) -> np.ndarray:
