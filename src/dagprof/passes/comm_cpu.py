@@ -491,8 +491,8 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
     the cores (``remap``: device -> its shared device), the rank's off-lane CPU a step shared over its collectives of that
     step by bytes (1 B each: a step of empty collectives still shares), and where ``wait_per_cpu`` > 0 its waits for a
     core in the transfer, that many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the
-    cores, ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace, and a
-    rank's CPU in it is at most gloo's thread's share of the cores over that time. None where no rank issues one."""
+    cores, ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace (the
+    waits for a core and the pace are one delay, the most of them counts). None where no rank issues one."""
     indptr, pred = g.pred_csr
     comm, issue = [], []
     for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
@@ -516,7 +516,6 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
         return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us,
                          cpu_us * wait_per_cpu if wait_per_cpu > 0 else None)
     floor = paced_us(g, comm_at, pace)
-    cpu_us = np.minimum(cpu_us, pace.share * np.maximum(g.dur[comm_at], floor))
     wait = np.maximum(cpu_us * wait_per_cpu, floor - g.dur[comm_at])
     return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us, wait if (wait > 0).any() else None)
 

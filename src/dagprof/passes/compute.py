@@ -315,8 +315,8 @@ def gloo_cpu_note(g: Graph, cores: int | None) -> str | None:
 
 def ring_pace_note(g: Graph, workers: int, cores: int | None, ranks_per_host: int | None = None) -> str | None:
     """A JAX ``--workers N --cores C`` answer whose ranks' communication threads outnumber the cores, said in one line:
-    ``share_cores`` prices each gloo call's ring steps at least at the scheduler's pace (``passes.ring_pace``), and gloo's
-    CPU in them at most its threads' share of the cores. None where that is not priced (no --cores, the ranks within the
+    ``share_cores`` prices each gloo call's ring steps at least at the scheduler's pace (``passes.ring_pace``). None where
+    that is not priced (no --cores, the ranks within the
     cores, no process CPU recorded, not JAX on gloo with its arrays read)."""
     per = ranks_per_host or workers
     pace = ring_pace(g, per, cores) if cores and per > cores and rank_cpu(g) is not None else None
@@ -328,5 +328,5 @@ def ring_pace_note(g: Graph, workers: int, cores: int | None, ranks_per_host: in
     return (f"--workers {workers} --cores {cores}: {per} JAX ranks x {THREADS_PER_RANK} gloo threads outnumber the {count(cores, 'core')}, "
             f"so each gloo call's ring step is priced at least {pace.step_us / 1e3:.2f} ms, the scheduler's pace ({pace.law}, from "
             f"{tick}; bench/ring_probe.py measures it), whatever its bytes: {calls:.0f} calls a step x {steps} ring steps an all-reduce, "
-            f"at least {calls * steps * pace.step_us / 1e3:.0f} ms of collectives a step; gloo's CPU in a collective at most "
-            f"{pace.share:.2g} of a core over it (a 2-worker profile holds neither: its ring ran at its own pace)")
+            f"at least {calls * steps * pace.step_us / 1e3:.0f} ms of collectives a step (a profile with its ranks within the cores "
+            "holds none of it: its ring ran at its own pace)")

@@ -6,13 +6,17 @@ for an all-reduce. In each step a rank keeps two threads runnable, gloo's device
 thread that posts the next receive; where the message came first the poller spins until the poster gets a core, which
 on crowded cores comes at a scheduler tick. Beyond the cores every step so waits for the scheduler, whatever its bytes:
 4 JAX workers on the testbed's 2 cores took 0.92-1.07 ms per call and ring step in 9 of 9 rounds of three scripts
-(issue 21, ``bench/jax_workers_categories.py --per-call``), where their messages took ~0.01 ms at 1 Gbit/s, and gloo's
-busy thread held a core 0.26-0.31 of it. A 2-worker profile holds none of that: its ring steps ran at its own pace
-(0.24-1.03 ms), which its link fit reads as a slow wire.
+(issue 21, ``bench/jax_workers_categories.py --per-call``), where their messages took ~0.01 ms at 1 Gbit/s. A 2-worker
+profile's steps ran at its own pace (0.24-1.03 ms), which its link fit reads as a slow wire, so a 4-worker what-if
+priced them at ~0.35 (mixer -33 %).
 
 The pace is the host's, not the job's: ``bench/ring_probe.py`` measures it with no job beside it (N torch gloo ranks
-pinned on C cores, small all-reduces back to back). ``PACE`` below is its law; the tick is the profiled hosts' own
-(``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``), else ``TICK_US``.
+pinned on C cores, small all-reduces back to back), and ``pace_us`` is its law in the host's tick (the profiled hosts'
+own, ``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``; else ``TICK_US``). A collective's transfer is priced
+at least its ring steps at the pace, the most of that and its link's price (which holds the profile's own pace) with
+its waits for a core (``passes.comm_cpu.off_lane_budget``); gloo's CPU stays the profile's, grown as the ring steps.
+Held out (jaxring67, 2026-12-07, 3 cells, 2 of them beside other processes' CPU): mixer -37.1 -> -30.6 %, VAE +53.2 ->
++48.5 %, GAT -7.3 -> -7.3 %; the VAE's excess is its 2-worker profile's gloo CPU carried x3, which this does not touch.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ THREADS_PER_RANK = 2  # runnable in a collective: gloo's polling device thread a
 @dataclass(frozen=True)
 class RingPace:
     """What a ring step costs where ``ranks`` ranks' ``THREADS_PER_RANK`` runnable communication threads each share
-    ``cores``: at least ``step_us``, each rank's threads holding at most ``share`` of the cores meanwhile."""
+    ``cores``: at least ``step_us``."""
 
     ranks: int
     cores: int
@@ -47,12 +51,6 @@ class RingPace:
     @property
     def step_us(self) -> float:
         return pace_us(self.tick_us, self.threads, self.cores)
-
-    @property
-    def share(self) -> float:
-        """A rank's fair share of the cores: what its threads can hold on average over a ring the ranks run together
-        (the probe's 4 ranks on 2 cores held 0.39 of the ring's time each)."""
-        return min(self.cores / self.ranks, 1.0)
 
     @property
     def law(self) -> str:
