@@ -81,11 +81,12 @@ def ring_pace(g: Graph, ranks_per_host: int, cores: int) -> RingPace | None:
 
 def paced_us(g: Graph, comm: np.ndarray, pace: RingPace) -> np.ndarray:
     """Per collective of ``comm`` (global COMM nodes of ``g``), the least its transfer takes at ``pace``: its arrays (the
-    step's, ``GraphMeta.collective_operands_per_step``, shared evenly over the step's collectives) x its ring steps (N-1
-    an all-gather, 2(N-1) otherwise) x the pace's step."""
+    step's, ``GraphMeta.collective_operands_per_step``, shared evenly over the step's collectives; none outside a step) x
+    its ring steps (N-1 an all-gather, 2(N-1) otherwise) x the pace's step."""
     n = int(g.world_size)
     steps = np.where(g.comm_kind[comm] == int(CommKind.ALL_GATHER), n - 1, 2 * (n - 1)).astype(np.float64)
     every = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
     per_step = np.bincount(g.step[every][g.step[every] >= 0], minlength=int(g.step.max()) + 1)
-    calls = np.array([float(per_step[s]) if s >= 0 and per_step[s] else 1.0 for s in g.step[comm].tolist()])
-    return float(g.meta.collective_operands_per_step or 0.0) / calls * steps * pace.step_us
+    arrays = np.array([float(g.meta.collective_operands_per_step or 0.0) / per_step[s] if s >= 0 else 0.0
+                       for s in g.step[comm].tolist()])  # outside every step: no array of the step's is its
+    return arrays * steps * pace.step_us
