@@ -41,12 +41,9 @@ import numpy as np
 from ..graph.dag import Graph
 from ..intervals import union
 from ..passes.link_fit import priced_comm, priced_world_size
+from ..passes.ring_pace import THREADS_PER_RANK, TICK_US
 from ..traces.events import Kind
 
-# The scheduler tick assumed where the profiled host did not say its own (CONFIG_HZ=250: the testbed's kernel, where the
-# stalls came to it, and the common distribution default)
-TICK_US = 4000.0
-THREADS_PER_RANK = 2  # runnable in a collective: gloo's polling device thread and the thread posting the operand's receive
 EVEN_ODDS = 0.5  # a row's change is held against the stall's difference between two steps at this level: more likely than not
 
 

@@ -46,6 +46,7 @@ from ..graph.meta import WARMUP_STEPS, CommCpu, GlooWake, LoopSteps
 from ..traces.comm_kind import CommKind
 from ..traces.events import Kind
 from ..traces.meta import THREAD_NAME_CHARS, OtherThreads, StepSched, is_unnamed_thread, runnable_stretch
+from .ring_pace import RingPace, paced_us
 
 XPLANE_FRAMEWORKS = ("tensorflow", "jax")  # their ranks run ops on thread pools' lanes, collectives on threads off them
 
@@ -484,11 +485,14 @@ def scale_lanes(onto: Graph, g: Graph, priced: dict[int, LaneCpu]) -> Graph:
     return onto.replace(dur=dur)
 
 
-def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wait_per_cpu: float = 0.0) -> CpuBudget | None:
+def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wait_per_cpu: float = 0.0,
+                    pace: RingPace | None = None) -> CpuBudget | None:
     """A TF/JAX job's ``CpuBudget`` (``Placement.ISSUE``): per collective and rank whose issue of it is on a lane moved to
     the cores (``remap``: device -> its shared device), the rank's off-lane CPU a step shared over its collectives of that
     step by bytes (1 B each: a step of empty collectives still shares), and where ``wait_per_cpu`` > 0 its waits for a
-    core in the transfer, that many times its CPU (``core_wait``). None where no rank issues one."""
+    core in the transfer, that many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the
+    cores, ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace (the
+    waits for a core and the pace are one delay, the most of them counts). None where no rank issues one."""
     indptr, pred = g.pred_csr
     comm, issue = [], []
     for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
@@ -507,8 +511,13 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
     share = weight / np.bincount(of, weights=weight)[of]
     # host work (the runtime's and gRPC's threads with the collective executor's), slowed beside collectives as the lanes' ops
     cpu_us = share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]])
-    return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, np.array(comm, np.int64), at, cpu_us,
-                     cpu_us * wait_per_cpu if wait_per_cpu > 0 else None)
+    comm_at = np.array(comm, np.int64)
+    if pace is None:
+        return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us,
+                         cpu_us * wait_per_cpu if wait_per_cpu > 0 else None)
+    floor = paced_us(g, comm_at, pace)
+    wait = np.maximum(cpu_us * wait_per_cpu, floor - g.dur[comm_at])
+    return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us, wait if (wait > 0).any() else None)
 
 
 MAX_LOAD = 0.95  # ``core_wait``'s cap: the queue's wait diverges at a load of 1, where the cores bound the step instead

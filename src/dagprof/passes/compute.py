@@ -28,6 +28,7 @@ from .comm_cpu import (
     unrecorded_cpu_ranks,
     unrecorded_wake_ranks,
 )
+from .ring_pace import THREADS_PER_RANK, ring_pace
 
 COMPUTE_KINDS = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER)
 
@@ -108,8 +109,10 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None,
     if priced is not None:  # TF/JAX: each rank's lanes at their CPU, its recorded CPU off them beside its collectives
         scaled = scale_lanes(moved, g, priced)
 
+        pace = ring_pace(g, per, cores)
+
         def queued(wait_per_cpu: float) -> Graph:
-            return queue_comm_cpu(g, off_lane_budget(g, priced, remap, wait_per_cpu), host_device, onto=scaled)
+            return queue_comm_cpu(g, off_lane_budget(g, priced, remap, wait_per_cpu, pace), host_device, onto=scaled)
         held = profiled_load(g, cores) if g.meta.framework == "jax" and replayer is not None else None
         return queued(0.0) if held is None else _stretched(queued, replayer, on_cores, cores, core_wait(held, cores))
     if not (host_device >= 0).all():
@@ -308,3 +311,22 @@ def gloo_cpu_note(g: Graph, cores: int | None) -> str | None:
             "recorded no process CPU in the profiled steps, so the collectives' CPU off the training thread has no price "
             "(profile again with this dagprof to have it priced); the cores queue the ranks' ops only, which predicted 4 "
             + ("FSDP ranks on 2 cores 7-14 % short in change" if fsdp else f"{what} ranks on 2 cores {missed}"))
+
+
+def ring_pace_note(g: Graph, workers: int, cores: int | None, ranks_per_host: int | None = None) -> str | None:
+    """A JAX ``--workers N --cores C`` answer whose ranks' communication threads outnumber the cores, said in one line:
+    ``share_cores`` prices each gloo call's ring steps at least at the scheduler's pace (``passes.ring_pace``). None where
+    that is not priced (no --cores, the ranks within the
+    cores, no process CPU recorded, not JAX on gloo with its arrays read)."""
+    per = ranks_per_host or workers
+    pace = ring_pace(g, per, cores) if cores and per > cores and rank_cpu(g) is not None else None
+    if pace is None:
+        return None
+    calls, steps = float(g.meta.collective_operands_per_step or 0.0), 2 * (workers - 1)
+    tick = f"the {pace.tick_us / 1e3:.3g} ms tick" + (" of the profiled host's kernel" if pace.tick_recorded else
+                                                      " assumed (the profile did not record the host's)")
+    return (f"--workers {workers} --cores {cores}: {per} JAX ranks x {THREADS_PER_RANK} gloo threads outnumber the {count(cores, 'core')}, "
+            f"so each gloo call's ring step is priced at least {pace.step_us / 1e3:.2f} ms, the scheduler's pace ({pace.law}, from "
+            f"{tick}; bench/ring_probe.py measures it), whatever its bytes: {calls:.0f} calls a step x {steps} ring steps an all-reduce, "
+            f"at least {calls * steps * pace.step_us / 1e3:.0f} ms of collectives a step (a profile with its ranks within the cores "
+            "holds none of it: its ring ran at its own pace)")

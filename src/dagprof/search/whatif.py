@@ -28,7 +28,7 @@ from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm, current_topology, in_op_prices, job_comm, own_call_cost
-from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, server_cores_note
+from ..passes.compute import gloo_cpu_note, own_cores_note, process_cpu_note, ring_pace_note, server_cores_note
 from ..passes.data_parallel import conversion_note, conversion_summary, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
@@ -256,7 +256,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _job_own_notes(g0, scenarios) + _in_pass_gathers_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _loopback_notes(g0, rows, cluster) + _foreign_cpu_notes(g0, foreign) + _overlap_notes(cluster)
-                     + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster) + _gloo_cpu_notes(g0, cluster)
+                     + _own_cores_notes(g0, predicted, cluster) + _process_cpu_notes(g0, predicted, cluster) + _ring_pace_notes(g0, scenarios, cluster)
+                     + _gloo_cpu_notes(g0, cluster)
                      + _server_cores_notes(g0, scenarios)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
@@ -478,6 +479,14 @@ def _process_cpu_notes(g: Graph, predicted: list[tuple[Scenario, float]], c: Clu
     most = max((s.workers or 0 for s, _ in predicted), default=0)
     step = min((it for s, it in predicted if (s.workers or 0) == most), default=None)
     note = process_cpu_note(g, most, step, c.cores)
+    return [note] if note else []
+
+
+def _ring_pace_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """--cores with more JAX workers' gloo threads than cores: their ring steps at the scheduler's pace (``ring_pace_note``),
+    said for the most workers asked."""
+    most = max((s.workers or int(g.world_size) for s in scenarios), default=0)
+    note = ring_pace_note(g, most, c.cores, c.ranks_per_host) if most else None
     return [note] if note else []
 
 

@@ -1,0 +1,73 @@
+"""gloo's ring at the scheduler's pace beyond the cores (``passes.ring_pace``): a JAX ``--workers N --cores C`` what-if
+whose ranks' communication threads outnumber the cores waits at least each gloo call's ring steps at the pace.
+Recording: ``tf-jax/shardmap-threads``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dagprof.passes.compute import ring_pace_note, share_cores
+from dagprof.passes.ring_pace import THREADS_PER_RANK, TICK_US, pace_us, paced_us, ring_pace
+from dagprof.passes.workers import scale_workers
+from dagprof.pipeline import open_run
+from dagprof.replay import replay
+from dagprof.traces.events import Kind
+
+RUN = "tests/data/tf-jax/shardmap-threads"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return open_run(RUN).graph
+
+
+def test_the_pace_applies_only_where_the_threads_outnumber_the_cores(graph):
+    """2 threads a rank: 1 rank on 2 cores fits them, 4 ranks on 2 cores do not, each ring step then a quarter of the
+    tick (the recorded host's). No pace for a TF or PyTorch job, or a JAX job whose arrays a step were not read."""
+    assert ring_pace(graph, 1, 2) is None and pace_us(TICK_US, 2, 2) == 0.0
+    pace = ring_pace(graph, 4, 2)
+    assert pace is not None and pace.threads == 4 * THREADS_PER_RANK and pace.tick_recorded
+    assert pace.tick_us == max(graph.meta.host_tick_us.values()) and 0 < pace.step_us <= pace.tick_us
+    assert pace.step_us == pytest.approx(pace.tick_us / 4)
+    assert ring_pace(graph.replace(meta=graph.meta.replace(framework="tensorflow")), 4, 2) is None
+    assert ring_pace(graph.replace(meta=graph.meta.replace(framework=None)), 4, 2) is None  # a PyTorch job
+    assert ring_pace(graph.replace(meta=graph.meta.replace(collective_operands_per_step=None)), 4, 2) is None
+    unsaid = ring_pace(graph.replace(meta=graph.meta.replace(host_tick_us={})), 4, 2)
+    assert unsaid.tick_us == TICK_US and not unsaid.tick_recorded
+
+
+def _collectives(g):
+    return np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+
+
+def test_four_workers_on_two_cores_wait_at_least_their_ring_steps_at_the_pace(graph):
+    """``--workers 4 --cores 2``: each collective and its wait for a core last at least its arrays x 6 ring steps x the
+    pace, and where the pace binds the wait is exactly the rest (not added to the waits for a core)."""
+    four = scale_workers(graph, 4)
+    pace = ring_pace(four, 4, 2)
+    comm = _collectives(four)
+    floor = paced_us(four, comm, pace)
+    arrays = graph.meta.collective_operands_per_step
+    per_step = {int(s): int((four.step[comm] == s).sum()) for s in four.step[comm].tolist()}
+    assert floor == pytest.approx([arrays / per_step[int(s)] * 6 * pace.step_us for s in four.step[comm].tolist()])
+    slow = four.replace(meta=four.meta.replace(host_tick_us={h: 4 * t for h, t in four.meta.host_tick_us.items()}))
+    for g, bound in ((four, floor), (slow, 4 * floor)):
+        out = share_cores(g, 2, replayer=replay)
+        names = [out.node_name(i) for i in range(len(out))]
+        waited = {n.removesuffix(" (off-lane cpu waits for a core)"): float(out.gap[i]) for i, n in enumerate(names)
+                  if n.endswith("waits for a core)")}
+        for c, least in zip(comm.tolist(), bound.tolist()):
+            assert float(g.dur[c]) + waited.get(g.node_name(c), 0.0) >= least - 1e-6
+    # a 16 ms tick: the pace (4 ms a ring step, 5 arrays x 6 steps) outlasts every collective, and sets its wait
+    out = share_cores(slow, 2, replayer=replay)
+    names = [out.node_name(i) for i in range(len(out))]
+    gaps = {n.removesuffix(" (off-lane cpu waits for a core)"): float(out.gap[i]) for i, n in enumerate(names) if n.endswith("waits for a core)")}
+    assert all(4 * f > slow.dur[c] for c, f in zip(comm.tolist(), floor.tolist()))
+    assert [gaps[slow.node_name(c)] for c in comm.tolist()] == pytest.approx((4 * floor - slow.dur[comm]).tolist())
+
+
+def test_the_note_says_the_pace_where_it_applies(graph):
+    """Said for 4 workers on 2 cores, with the tick and the threads; not without --cores or where the ranks fit the cores."""
+    note = ring_pace_note(graph, 4, 2)
+    assert note is not None and "4 ms" in note and "4 JAX ranks x 2" in note and "bench/ring_probe.py" in note
+    assert ring_pace_note(graph, 4, None) is None and ring_pace_note(graph, 2, 2) is None
