@@ -17,6 +17,8 @@ Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cel
   ``w4`` by ``whatif --workers 4 --cores 2`` (4 ranks on this machine's 2 cores);
 - ``profile-1G``: the 2-rank job profiled at 1 Gbit/s, which predicts ``200M`` by ``whatif --bandwidth 200Mbit
   --profiled-bandwidth 1Gbit``;
+- ``profile-200M`` (only when ``--profiles`` names it): the 2-rank job profiled at 200 Mbit/s, which predicts nothing; it is
+  there to compare, op by op, with what ``whatif --bandwidth 200Mbit`` laid out from ``profile-1G``;
 - unprofiled: ``lo`` (2 ranks, as profiled), ``w4`` (4 ranks), ``1G`` and ``200M`` (2 ranks on the testbed): rank 0's
   median step as the script prints it;
 - the HSDP jobs (``WIRE_WORKERS``) also ``w4-1G``: 4 ranks at 1 Gbit/s, which ``profile-1G`` predicts by ``whatif
@@ -71,7 +73,8 @@ WINDOW = range(5, 10)
 CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M"), "w4-1G": (4, "1G")}
 WIRE_WORKERS = {"dual", "glow", "hsdptf", "swin"}  # the jobs whose rounds run ``w4-1G``
 # each profile's link (its measured twin is the cell of that name)
-PROFILES = {"profile-lo": "lo", "profile-1G": "1G"}
+PROFILES = {"profile-lo": "lo", "profile-1G": "1G", "profile-200M": "200M"}
+DEFAULT_PROFILES = "profile-lo,profile-1G"  # ``profile-200M`` predicts nothing: asked for to hold a what-if's layout against
 # (profile, the cell it predicts, the what-if); each asks the profiled setting first: its median step is the model's, to hold
 # against the measured twin's median
 WHATIFS = [("profile-lo", "w4", ("--workers", "2,4", "--cores", "2")),
@@ -219,7 +222,7 @@ def main() -> int:
     ap.add_argument("--offline", metavar="KEPT", help="run nothing: predict the kept rounds and judge them")
     ap.add_argument("--src", default=None, help="the dagprof tree's src to predict with (default: this one's)")
     ap.add_argument("--budget-s", type=float, default=270, help="start no job past this many seconds (a hold of the lock stays short)")
-    ap.add_argument("--profiles", default=",".join(PROFILES), help=f"comma-separated, of {', '.join(PROFILES)}: those and their cells only")
+    ap.add_argument("--profiles", default=DEFAULT_PROFILES, help=f"comma-separated, of {', '.join(PROFILES)}: those and their cells only")
     args = ap.parse_args()
     if args.offline:
         offline(args.offline, args.src)
