@@ -9,7 +9,9 @@ normalizing flow (``glow``, new), the causal transformer (``hsdptf``) and the Sw
 DDP N-BEATS (``nbeats``: bf16 autocast, ``no_sync`` accumulation of 4), FSDP2 character MoE LM (``moechar``: top-2 by
 hand, explicit prefetch, the root kept gathered) and DDP SimSiam (``simsiam``: two optimizers at different rates,
 ``gradient_as_bucket_view``), and stop 66's DDP DANN (``dann``: a gradient reversal ``autograd.Function``) and VQ-VAE
-(``vqvae``: ``no_sync`` accumulation, an EMA model, dead-code restarts).
+(``vqvae``: ``no_sync`` accumulation, an EMA model, dead-code restarts), and stop 67's FSDP2 ALBERT (``albert``: one
+shared layer's unit called 4 times a forward), HSDP ConvE (``conve``: its entity table a unit of its own, profiled 1x2 with ``--shard 2``)
+and DDP DNA transformer (``dna``: per-rank LayerDrop under ``find_unused_parameters``, a loader worker process).
 
 Per job and round, in a shuffled order (as root: the 200 Mbit/s and 1 Gbit/s cells on the namespace testbed,
 ``collect.jobs.netns``, each rank in its own namespace behind a shaped port):
@@ -64,14 +66,17 @@ JOBS = {"crf": ["ddp_fresh/crf_ner_stream.py"], "dual": ["fsdp_fresh/hsdp_dual_e
         "nbeats": ["ddp_fresh/nbeats_accum4.py", "--steps", "12"], "moechar": ["fsdp_fresh/moe_charlm_prefetch.py", "--steps", "12"],
         "simsiam": ["ddp_fresh/simsiam_two_opts.py", "--steps", "12"],
         # stop 66's held-out scripts for the profiler's CPU (level66)
-        "dann": ["ddp_fresh/dann_grl.py", "--steps", "16"], "vqvae": ["ddp_fresh/vqvae_ema.py"]}
+        "dann": ["ddp_fresh/dann_grl.py", "--steps", "16"], "vqvae": ["ddp_fresh/vqvae_ema.py"],
+        # stop 67's fresh scripts (fresh67t)
+        "albert": ["fsdp_fresh/albert_shared_block.py"], "conve": ["replicate_fresh/conve_sharded_entities.py", "--shard", "2"],
+        "dna": ["ddp_fresh/layerdrop_dna.py"]}
 # the jobs that save a checkpoint: its directory's flag (each round's own, not the shared default under $TMPDIR)
 CKPT_FLAG = {"crf": "--ckpt-dir", "swin": "--ckpt"}
 RATES = {"lo": None, "1G": 1e9, "200M": 200e6}
 WINDOW = range(5, 10)
 # cell: (ranks, link); the profiles and the cells each predicts, with the what-if and the measured twin of the profile
 CELLS = {"lo": (2, "lo"), "w4": (4, "lo"), "1G": (2, "1G"), "200M": (2, "200M"), "w4-1G": (4, "1G")}
-WIRE_WORKERS = {"dual", "glow", "hsdptf", "swin"}  # the jobs whose rounds run ``w4-1G``
+WIRE_WORKERS = {"dual", "glow", "hsdptf", "swin", "conve"}  # the jobs whose rounds run ``w4-1G``
 # each profile's link (its measured twin is the cell of that name)
 PROFILES = {"profile-lo": "lo", "profile-1G": "1G", "profile-200M": "200M"}
 DEFAULT_PROFILES = "profile-lo,profile-1G"  # ``profile-200M`` predicts nothing: asked for to hold a what-if's layout against
@@ -85,7 +90,7 @@ GRACE_S = 8
 # a cell's longest run, s (dry runs at load 4-22: the CRF 17-45 s, the dual encoder 87-119)
 CAP_S = {"crf": 75, "dual": 120, "ppo": 75, "nerf": 120, "gat": 60, "ddpm": 75, "capsnet": 75, "tied": 75, "dlrm": 75, "twotower": 75,
          "grulm": 75, "dqn": 60, "retrieval": 60, "glow": 90, "hsdptf": 60, "swin": 90, "nbeats": 75, "moechar": 75, "simsiam": 75,
-         "dann": 60, "vqvae": 60}
+         "dann": 60, "vqvae": 60, "albert": 75, "conve": 60, "dna": 60}
 _MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 

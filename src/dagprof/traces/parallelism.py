@@ -426,9 +426,29 @@ def _loop_own(trace: RankTrace, inst: _Instances) -> np.ndarray:
     main = np.array([lane.main for lane in trace.lanes], dtype=bool)
     on_main = main[ev.lane] if len(main) else np.zeros(len(ev), dtype=bool)
     first = np.array([m[np.argmin(ev.start[m])] for m in inst.rows], dtype=np.int64)
-    mine = _update_to_forward(trace, first, (ev.kind == Kind.UPDATE) & on_main, (ev.kind == Kind.FORWARD) & on_main)
+    mine = _update_to_forward(trace, first, (ev.kind == Kind.UPDATE) & on_main, _trained_forwards(ev, on_main))
     plain = np.array([c not in P2P and c not in (CommKind.ALL_TO_ALL, CommKind.BROADCAST) for c in inst.coll], dtype=bool)
     return mine & plain & (inst.bucket < 0) & (inst.nbytes > 0)
+
+
+def _trained_forwards(ev, on_main: np.ndarray) -> np.ndarray:
+    """Per event: a layer forward on the main lanes that the step's backward answers. Per step, only layers a backward
+    ran in count (an embedding of token ids has none), and of each, the forwards before the backward beyond its backwards
+    are dropped from the front: an evaluation pass under ``torch.no_grad`` at the top of the step, which no backward
+    follows. A step without a layer's backward keeps its forwards. ``bench/ddp_fresh/layerdrop_dna.py`` validates after
+    ``opt.step()`` (the next step's top, in dagprof's steps), then all-reduces its 4-byte validation loss: the
+    evaluation's forwards came first, so the call read "DP" and was fitted to the link as a bucket."""
+    fwd = (ev.kind == Kind.FORWARD) & on_main & (ev.layer >= 0)
+    bwd = np.flatnonzero((ev.kind == Kind.BACKWARD) & on_main & (ev.layer >= 0))
+    out = fwd & ~np.isin(ev.step, ev.step[bwd])
+    for s in np.unique(ev.step[bwd]).tolist():
+        b = bwd[ev.step[bwd] == s]
+        before = fwd & (ev.step == s) & (ev.start < ev.start[b].min())
+        for lay in np.unique(ev.layer[b]).tolist():
+            f = np.flatnonzero(before & (ev.layer == lay))
+            f = f[np.argsort(ev.start[f], kind="stable")]
+            out[f[max(0, len(f) - int(np.count_nonzero(ev.layer[b] == lay))):]] = True
+    return out
 
 
 def _named_bounds(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
