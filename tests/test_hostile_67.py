@@ -1,0 +1,55 @@
+"""Damaged inputs that read with exit 0 and no word, or were refused naming neither file nor problem, before
+(``bench/damage_67.py`` sweeps them): one check per fix. Every damaged copy is made here from a vendored file
+(``powersgd-ctr``: the CTR ranker's profile and the codec costs its ``optimize --allow-lossy`` run wrote)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from testdata import DATA
+
+from dagprof.costmodel.codecs import CodecCosts, this_machine
+from dagprof.errors import DagprofError
+from dagprof.passes.gradients import gradient_order
+from dagprof.pipeline import open_run
+from dagprof.search.measured import codec_costs
+
+CTR = DATA / "powersgd-ctr"
+
+
+def _first_psgd(d: dict) -> dict:
+    return next(iter(next(iter(d["powersgd"].values())).values()))
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (lambda d: d["encode_us_per_byte"].update(fp16=math.nan), "encode_us_per_byte fp16 is nan, not a cost"),
+    (lambda d: d["decode_us_per_byte"].update(bf16=-3.0), "decode_us_per_byte bf16 is -3.0, not a cost"),
+    (lambda d: _first_psgd(d).update(encode_us=math.inf), "encode_us is inf, not a cost"),
+    (lambda d: d.update(reference_op_us=-1953.4), "reference_op_us is -1953.4, not a cost"),
+    (lambda d: d.update(powersgd=list(d["powersgd"].values())), "powersgd is a list, not an object"),
+    (lambda d: d.update(version=2, encode_us_per_byte={k: {"median": v} for k, v in d["encode_us_per_byte"].items()}),
+     "codec-cost layout version 2, this dagprof reads 1")])
+def test_kept_codec_costs_with_a_cost_no_run_measures_are_refused(tmp_path, damage, said):
+    """``optimize --allow-lossy -o OUT`` reads OUT/codec-costs.json again where it fits this machine and model: a NaN or
+    negative cost in it was refused as "graph column 'dur' must be finite" (naming no file), an infinite PowerSGD cost or
+    a negative reference op read silently (PowerSGD never chosen; costs not scaled to the job's load), a list or a later
+    layout stopped as an internal error."""
+    p = open_run(str(CTR / "defaults"))
+    order = gradient_order(p.graph, p.run.ranks[0].buckets, p.run.ranks[0].meta.find_unused)
+    shapes = {q: list(s) for q, s in zip(order.params, order.shapes) if s is not None}
+    doc = json.loads((CTR / "codec-costs.json").read_text()) | {"machine": this_machine(), "shapes": shapes}
+    damage(doc)
+    kept = tmp_path / "codec-costs.json"
+    kept.write_text(json.dumps(doc))
+    with pytest.raises(DagprofError) as err:
+        codec_costs(order, (2, 4), str(tmp_path / "out.json"), str(kept))
+    line = str(err.value)
+    assert line.startswith(f"{kept}: ") and said in line and line.endswith("delete it to measure them again"), line
+    assert "\n" not in line
+
+
+def test_codec_costs_written_with_their_layout_version_read_back():
+    costs = CodecCosts.load(CTR / "codec-costs.json")  # written before the version was: read as version 1
+    d = costs.to_dict()
+    assert d["version"] == 1 and CodecCosts.from_dict(d) == costs
