@@ -1,13 +1,14 @@
 """Damaged inputs that read with exit 0 and no word, or were refused naming neither file nor problem, before
 (``bench/damage_67.py`` sweeps them): one check per fix. Every damaged copy is made here from a vendored file
-(``powersgd-ctr``: the CTR ranker's profile and the codec costs its ``optimize --allow-lossy`` run wrote)."""
+(``powersgd-ctr``: the CTR ranker's profile and the codec costs its ``optimize --allow-lossy`` run wrote;
+``ddp-fresh/gat-log-1g``: the GAT under ``find_unused_parameters=True``, profiled at 1 Gbit/s)."""
 from __future__ import annotations
 
 import json
 import math
 
 import pytest
-from testdata import DATA
+from testdata import DATA, cli_json
 
 from dagprof.costmodel.codecs import CodecCosts, this_machine
 from dagprof.errors import DagprofError
@@ -53,3 +54,12 @@ def test_codec_costs_written_with_their_layout_version_read_back():
     costs = CodecCosts.load(CTR / "codec-costs.json")  # written before the version was: read as version 1
     d = costs.to_dict()
     assert d["version"] == 1 and CodecCosts.from_dict(d) == costs
+
+
+def test_a_bucket_what_if_refused_on_a_step_with_unused_parameters_names_the_flag(capsys):
+    """``whatif --bucket-mb`` on the GAT (``find_unused_parameters=True``, a step that left parameters unused) was refused
+    as "step 5: under find_unused_parameters=True ..." naming neither the run nor the flag."""
+    rc, _, err = cli_json(capsys, "whatif", str(DATA / "ddp-fresh/gat-log-1g"), "--bucket-mb", "inf", "--no-trace")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("dagprof whatif: error: --bucket-mb inf: step 5: under "
+                                                              "find_unused_parameters=True"), err
