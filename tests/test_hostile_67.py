@@ -63,3 +63,15 @@ def test_a_bucket_what_if_refused_on_a_step_with_unused_parameters_names_the_fla
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("dagprof whatif: error: --bucket-mb inf: step 5: under "
                                                               "find_unused_parameters=True"), err
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda p: p.symlink_to(p.name), "a symbolic link to nothing (its target is missing, or the link loops)"),
+    (lambda p: None, "no such file or folder")])
+def test_nccl_tests_tables_at_a_path_that_is_not_there_say_so(tmp_path, capsys, make, said):
+    """``calibrate --nccl-tests`` given a link that loops or a mistyped path said "no nccl-tests tables (*GPU<N>*) here", as
+    for a folder without tables."""
+    path = tmp_path / "tables"
+    make(path)
+    rc, _, err = cli_json(capsys, "calibrate", "--nccl-tests", str(path), "-o", str(tmp_path / "link.json"))
+    assert rc == 2 and err.strip() == f"dagprof calibrate: error: {path}: {said}", err
