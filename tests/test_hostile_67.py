@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
-from testdata import DATA, cli_json
+from testdata import DATA, cli_json, copy_fixture
 
 from dagprof.costmodel.codecs import CodecCosts, this_machine
 from dagprof.errors import DagprofError
@@ -75,3 +76,29 @@ def test_nccl_tests_tables_at_a_path_that_is_not_there_say_so(tmp_path, capsys, 
     make(path)
     rc, _, err = cli_json(capsys, "calibrate", "--nccl-tests", str(path), "-o", str(tmp_path / "link.json"))
     assert rc == 2 and err.strip() == f"dagprof calibrate: error: {path}: {said}", err
+
+
+@pytest.mark.parametrize(("fixture", "other", "files", "said"), [
+    ("fsdp/hsdp-tf", "fsdp/hsdp", ("rank1.json",), "rank1.json and rank0.json were recorded 115500 s apart: they are from different runs"),
+    ("ddp-fresh/gat-log-1g", "ddp-fresh/dqn-loaded", ("rank1.json", "rank1.kineto.json.gz"),
+     "rank1.json and rank0.json were recorded 745 s apart: they are from different runs")])
+def test_a_rank_file_of_another_run_is_said_to_be_one(tmp_path, capsys, fixture, other, files, said):
+    """Rank 1's file replaced by another run's of the same world size was refused for what differed first: the HSDP
+    transformer's as "ranks trained different numbers of steps ... uneven inputs (DDP's Join ...)", the GAT's as another
+    find_unused_parameters. Their steps never overlap rank 0's (days, minutes apart), which the traces' check said only
+    after those."""
+    run = copy_fixture(tmp_path, fixture)
+    for name in files:
+        shutil.copy(DATA / other / name, run / name)
+    rc, _, err = cli_json(capsys, "analyze", str(run))
+    assert rc == 2 and err.strip() == f"dagprof analyze: error: {run}: {said} (or their hosts' clocks are that far apart)", err
+
+
+def test_another_run_s_kineto_trace_beside_a_rank_file_is_said_to_be_one(tmp_path, capsys):
+    """The GAT's rank 1 Kineto trace replaced by the DQN's (recorded 12 minutes earlier) was refused as "mismatched
+    collectives: collective #0 (all_reduce) of group 0 is missing on rank(s) [1]", naming the folder only."""
+    run = copy_fixture(tmp_path, "ddp-fresh/gat-log-1g")
+    shutil.copy(DATA / "ddp-fresh/dqn-loaded/rank1.kineto.json.gz", run / "rank1.kineto.json.gz")
+    rc, _, err = cli_json(capsys, "analyze", str(run))
+    assert rc == 2 and err.strip() == (f"dagprof analyze: error: {run}/rank1.kineto.json.gz: recorded 747 s away from rank 1's "
+                                       "profiled steps: another run's Kineto trace"), err
