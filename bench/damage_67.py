@@ -104,7 +104,8 @@ FLAGS: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "f67-cores-alone": (["whatif", "RUN", "--cores", "2", *NO], ("dqn-loaded",), True),
     "f67-cores-many": (["whatif", "RUN", "--workers", "4", "--cores", "64", *NO], ("dqn-loaded",), True),
     "f67-cores-word": (["whatif", "RUN", "--workers", "4", "--cores", "two", *NO], ("dqn-loaded",), False),
-    "f67-cores-rph": (["whatif", "RUN", "--workers", "4", "--cores", "2", "--ranks-per-host", "8", *NO], ("dqn-loaded",), False),
+    "f67-cores-rph": (["whatif", "RUN", "--workers", "4", "--cores", "2", "--ranks-per-host", "8", *NO],
+                      ("dqn-loaded",), True),  # room for 8 on a host: the 4 share it, as without the flag
     "f67-cores-jax": (["whatif", "RUN", "--workers", "4", "--cores", "2", "--allow-model-error", *NO], ("clip-late",), True),
     "f67-cores-mesh": (["whatif", "RUN", "--mesh", "2x2", "--cores", "1", *NO], ("hsdp-tf",), True),
     "f67-cores-list": (["whatif", "RUN", "--workers", "4,8", "--cores", "2", *NO], ("dqn-loaded",), True),
@@ -309,11 +310,13 @@ def make_case(kind: di.Kind, damage: str, root: Path, files: Path) -> tuple[Path
     return d64.case_maker(EDITS, APPLIES, d66.make_case)(kind, damage, root)
 
 
-UNREAD = ("host-other",)  # a rank on another host: the one-host note is not computed, the answer stands
+# a rank on another host: the one-host load note is not computed, the answer stands; no cores beside an affinity set of 2:
+# a host's cores are its ranks' affinity sets where every rank recorded one (``graph.build.host_cpus``), the count unread
+UNREAD = ("host-other", "cpus0")
 
 
 def judged(row: dict) -> dict:
-    """``damage_66.judged``; an unchanged answer to a rank moved to another host judged good (read through)."""
+    """``damage_66.judged``; an unchanged answer to a damage ``UNREAD`` names judged good (read through)."""
     row = d66.judged(row)
     same = row["number"] is None or row["clean"] is not None and abs(row["number"] - row["clean"]) <= 1e-3 * abs(row["clean"])
     if row["damage"] in UNREAD and row["class"] == "silent" and same:
@@ -321,11 +324,15 @@ def judged(row: dict) -> dict:
     return row
 
 
-def register(files: Path) -> None:
-    """This file's features and flags added to ``damage_63``'s tables, after ``damage_66``'s; ``BAD`` made ``files``."""
+def register(files: Path, json_only: bool = False) -> None:
+    """This file's features and flags added to ``damage_63``'s tables, after ``damage_66``'s; ``BAD`` made ``files``.
+    ``json_only``: each command with ``--json`` only (the text twin reads the same files; half the runs)."""
     d66.register()
     d63.FEATURE.update(FEATURE)
     d63.FLAGS.update({d: ([w.replace(BAD, str(files)) for w in argv], ks, ok) for d, (argv, ks, ok) in FLAGS.items()})
+    if json_only:
+        both = d63.commands
+        d63.commands = lambda *a: [argv for argv in both(*a) if "--json" in argv]
 
 
 def main() -> int:
@@ -335,13 +342,14 @@ def main() -> int:
     ap.add_argument("--damages", default=",".join([*RANK, *THREAD, *FLAGS]))
     ap.add_argument("--glow", help="a dagprof profile of bench/fsdp_fresh/hsdp_glow.py --shard 2 (2 ranks)")
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--json-only", action="store_true", help="each command with --json only")
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--src", default=str(di.REPO / "src"))
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     a = ap.parse_args()
     root = Path(a.out)
     files = root / "files"
-    register(files)
+    register(files, a.json_only)
     if a.compare:
         d63.compare(*([judged(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
         return 0
