@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_input
+from ..fsutil import missing, read_input
 from .alphabeta import AlphaBeta, fit_alpha_beta
 
 _GPUS = re.compile(r"GPU(\d+)", re.IGNORECASE)
@@ -63,6 +63,8 @@ def fit_lut(path: str | os.PathLike[str]) -> LutFit:
 def fit_lut_folder(folder: str | os.PathLike[str]) -> dict[int, LutFit]:
     """Every table in ``folder`` (or one file), keyed by GPU count."""
     p = os.fspath(folder)
+    if not os.path.exists(p):  # a typo or a link that loops: said as such, not as a folder without tables
+        raise missing(p)
     files = [p] if os.path.isfile(p) else sorted(f for f in glob.glob(os.path.join(p, "*")) if _GPUS.search(os.path.basename(f)))
     if not files:
         raise DagprofError("no nccl-tests tables (*GPU<N>*) here", p)

@@ -23,6 +23,7 @@ from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
 
 FORMAT = "dagprof-codec-costs"
+VERSION = 1
 MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress a matrix only when that saves 2x
 CodecName = Literal["none", "fp16", "bf16", "powersgd"]  # as the strategy file stores it (``compression.codec``)
 
@@ -83,18 +84,27 @@ class CodecCosts:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["powersgd"] = {str(r): {p: asdict(c) for p, c in per.items()} for r, per in self.powersgd.items()}
-        return {"format": FORMAT, **d}
+        return {"format": FORMAT, "version": VERSION, **d}
 
     @classmethod
     def from_dict(cls, d: dict, path: str | None = None) -> "CodecCosts":
-        if d.get("format") != FORMAT:
+        """Every cost a finite number >= 0 (a kept file edited by hand or by another tool is refused naming the field, not
+        priced: a NaN or negative cost reached the replay as an op of no valid length, an infinite one hid PowerSGD)."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise DagprofError("not a dagprof codec-cost file", path)
+        if (version := d.get("version", VERSION)) != VERSION:  # files before the version was written are version 1
+            raise DagprofError(f"codec-cost layout version {version!r}, this dagprof reads {VERSION}: written by another dagprof", path)
         try:
-            return cls(dict(d["encode_us_per_byte"]), dict(d["decode_us_per_byte"]),
-                       {int(r): {p: PowerSGDCost(**c) for p, c in per.items()} for r, per in d.get("powersgd", {}).items()},
-                       float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")), float(d.get("reference_op_us", 0.0)),
-                       float(d.get("powersgd_bucket_us", 0.0)), {p: tuple(map(int, s)) for p, s in d.get("shapes", {}).items()})
-        except (KeyError, TypeError, ValueError) as err:
+            return cls({str(k): _cost(v, f"encode_us_per_byte {k}") for k, v in _mapping(d["encode_us_per_byte"], "encode_us_per_byte")},
+                       {str(k): _cost(v, f"decode_us_per_byte {k}") for k, v in _mapping(d["decode_us_per_byte"], "decode_us_per_byte")},
+                       {int(r): {p: PowerSGDCost(**{k: _cost(v, f"PowerSGD rank {r} {p} {k}") for k, v in _mapping(c, f"PowerSGD rank {r} {p}")})
+                                 for p, c in _mapping(per, f"PowerSGD rank {r}")} for r, per in _mapping(d.get("powersgd", {}), "powersgd")},
+                       _cost(d.get("copy_us_per_byte", 0.0), "copy_us_per_byte"), str(d.get("machine", "")),
+                       _cost(d.get("reference_op_us", 0.0), "reference_op_us"), _cost(d.get("powersgd_bucket_us", 0.0), "powersgd_bucket_us"),
+                       {p: tuple(map(int, s)) for p, s in _mapping(d.get("shapes", {}), "shapes")})
+        except KeyError as err:
+            raise DagprofError(f"malformed codec-cost file: no {err} field", path) from None
+        except (TypeError, ValueError) as err:
             raise DagprofError(f"malformed codec-cost file: {err}", path) from None
 
     def save(self, path: str) -> None:
@@ -108,6 +118,20 @@ class CodecCosts:
             return cls.from_dict(json.loads(read_input(path)), path)
         except (ValueError, UnicodeDecodeError) as err:
             raise DagprofError(f"cannot read codec costs: {err}", path) from None
+
+
+def _mapping(value, what: str):
+    """The items of the JSON object ``value``, else ``ValueError`` naming ``what``."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is a {type(value).__name__}, not an object")
+    return value.items()
+
+
+def _cost(value, what: str) -> float:
+    """``value`` as a cost in microseconds (or per byte): a finite number >= 0, else ``ValueError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} is {value!r}, not a cost (a finite number >= 0)")
+    return float(value)
 
 
 def this_machine() -> str:

@@ -25,18 +25,33 @@ SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seco
 
 def check_same_job(ranks: list[RankTrace], folder: str) -> None:
     """Synchronous data parallelism runs a step on all ranks at once: windows (the profiled steps, else every event)
-    that do not overlap are different runs, whichever format the rank files are in."""
+    that do not overlap are different runs, whichever format the rank files are in (``check_same_windows``)."""
     spans = []
     for t in ranks:
         s = t.step_spans()
         first, last = (s[0, 1], s[-1, 2]) if len(s) else (t.events.start.min(initial=0.0), t.events.end.max(initial=0.0))
-        spans.append((t.base_ns + int(first * 1e3), t.base_ns + int(last * 1e3), t))
-    by_host: dict[str, list] = {}
-    for s in spans:
-        if s[2].host:
-            by_host.setdefault(s[2].host, []).append(s)
+        spans.append(Window(t.base_ns + int(first * 1e3), t.base_ns + int(last * 1e3), t.host, t.source))
+    check_same_windows(spans, folder)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One rank's recorded time (epoch ns), its host and its file."""
+
+    start_ns: int
+    end_ns: int
+    host: str
+    source: str
+
+
+def check_same_windows(spans: list[Window], folder: str) -> None:
+    """Ranks whose windows do not overlap (beyond clock slack) are of different runs: refused naming the two files."""
+    by_host: dict[str, list[Window]] = {}
+    for w in spans:
+        if w.host:
+            by_host.setdefault(w.host, []).append(w)
     # ranks of one host share its clock: a window a step or a second off at most (19 s apart was two recordings of a job)
-    groups = [(spans, SAME_JOB_SLACK_NS)] + [(g, 10**9 + max(b - a for a, b, _ in g)) for g in by_host.values()]
+    groups = [(spans, SAME_JOB_SLACK_NS)] + [(g, 10**9 + max(w.end_ns - w.start_ns for w in g)) for g in by_host.values()]
     for group, slack in groups:
         if len(group) > 1:
             _refuse_apart(group, slack, folder)
@@ -61,14 +76,14 @@ def refuse_copies(ranks: list[RankTrace], folder: str) -> None:
                                f"a copy of that rank's trace, not rank {t.rank}'s; profile the job again", t.source)
 
 
-def _refuse_apart(spans: list, slack_ns: int, folder: str) -> None:
-    latest_start = max(spans, key=lambda s: s[0])
-    earliest_end = min(spans, key=lambda s: s[1])
-    if latest_start[0] - earliest_end[1] > slack_ns:
+def _refuse_apart(spans: list[Window], slack_ns: int, folder: str) -> None:
+    latest_start = max(spans, key=lambda w: w.start_ns)
+    earliest_end = min(spans, key=lambda w: w.end_ns)
+    if latest_start.start_ns - earliest_end.end_ns > slack_ns:
         raise DagprofError(
-            f"{os.path.relpath(earliest_end[2].source, folder)} and {os.path.relpath(latest_start[2].source, folder)} were recorded "
-            f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs (or their hosts' clocks are that far apart)",
-            folder)
+            f"{os.path.relpath(earliest_end.source, folder)} and {os.path.relpath(latest_start.source, folder)} were recorded "
+            f"{(latest_start.start_ns - earliest_end.end_ns) / 1e9:.0f} s apart: they are from different runs (or their hosts' clocks "
+            "are that far apart)", folder)
 
 
 def spans(values: list[int] | tuple[int, ...]) -> str:

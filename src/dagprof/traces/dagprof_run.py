@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DagprofError
-from .completeness import check_same_job, describe
+from .completeness import Window, check_same_job, check_same_windows, describe
 from .events import Kind, RankTrace, Run
 from .fsdp_run import check_same_units
 from .meta import RankGap, RunMeta, RunWarning, warnings_of
@@ -72,6 +72,9 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         if f is not None:
             docs.append((rpath, f))
     _check_unique(docs, folder)
+    # another run's rank file (of the same world) differs in its wrapper or its step count too: said as another run first
+    check_same_windows([Window(min(s[1] for s in f.step_times_ns), max(s[2] for s in f.step_times_ns), f.host, rpath)
+                        for rpath, f in docs if f.step_times_ns], folder)
     _check_same_wrapper(docs, folder)
     _check_even_windows(docs, folder)
     if not docs:

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..errors import DagprofError
 from .comm_kind import P2P
+from .completeness import SAME_JOB_SLACK_NS
 from .events import CommKind, CommRole, Dep, Kind, Lane, LaneKind, RankTrace
 from .meta import HookWire, UnseenCollective
 from .parallelism import described_dp_group, in_op_groups
@@ -149,6 +151,9 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
     ev = kt.events
     lo, hi = steps[0][1], steps[-1][2]
     at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
+    away = max(at(ev.start.min(initial=0.0)) - hi, lo - at(ev.end.max(initial=0.0))) if len(ev.start) else 0
+    if away > SAME_JOB_SLACK_NS:  # no event near the rank's profiled steps: every collective would go unmatched
+        raise DagprofError(f"recorded {away / 1e9:.0f} s away from rank {rank}'s profiled steps: another run's Kineto trace", kpath)
     colls = kt.meta.collectives.by_event() if kt.meta.collectives is not None else {}
     main = [j for j, lane in enumerate(kt.lanes) if lane.main]
     # the loop's own calls in the window (its transfer's seq, -1 where Kineto shows none; a kind unknown then: ``waited_after``)
