@@ -164,6 +164,10 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_clip_gather": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_caption_attn": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_centernet_gn": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "tf_espcn_sr_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
+    "jax_pixelcnn_jit": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_triplet_hard": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_seq2seq_sort": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
@@ -183,7 +187,7 @@ HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", 
                "hvd_gine_molecules": ("6:16", ["--steps", "20"]), "hvd_bucketed_tagger": ("6:16", ["--steps", "20"]),
                "hvd_crnn_ctc": ("6:16", ["--steps", "20"]), "hvd_unet_resume": ("6:16", ["--steps", "20"]),
                "hvd_nerf_rays": ("6:16", ["--steps", "20"]), "hvd_convnext_ema": ("6:16", ["--steps", "20"]),
-               "hvd_centernet_gn": ("6:16", ["--steps", "20"]),
+               "hvd_centernet_gn": ("6:16", ["--steps", "20"]), "hvd_seq2seq_sort": ("6:16", ["--steps", "20"]),
                # its epochs of 20 and 19 batches (rank 0, 1), hvd.join() after each: the window inside the first (one that holds a
                # join is refused, traces.horovod._check_no_join: its default 12 batches put one after rank 0's step 11)
                "hvd_bert_mlm_join": ("6:16", ["--batches", "20", "--epochs", "1"])}
