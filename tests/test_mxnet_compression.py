@@ -9,16 +9,11 @@ import pytest
 from testdata import DATA, copy_fixture, edit_json, load_refused
 
 from dagprof.cli.cmd_analyze import to_text
-from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.graph.build_ps import DONE, ISSUE, KEY_IN, build_ps_graph, received_share, update_us
-from dagprof.graph.collectives import add_ps_part
-from dagprof.graph.dag import GraphBuilder
+from dagprof.graph.build_ps import DONE, ISSUE, KEY_IN, build_ps_graph
 from dagprof.pipeline import open_run
-from dagprof.replay import replay
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces import mxnet
-from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.mxnet import COMPRESSED_META_BYTES, compressed_parts, pslite_bytes
 
@@ -120,33 +115,3 @@ def test_a_compressed_push_waits_for_its_gradient_s_quantizing():
         fed = [src[(g.succ == v) & quantize[src]] for v in issues]  # its own, and the op before the first push may be one
         assert all(len(q) for q in fed) and len(set(np.concatenate(fed).tolist())) == len(issues) == int(quantize.sum())
         assert all(g.order[v] >= g.order[u] + g.dur[u] - 1e-6 for v, q in zip(issues, fed) for u in q)
-
-
-def _early_and_late(server_us: float, received_us: float) -> float:
-    """One key through one server from a worker ready at 0 and one ready at 10 ms (infinitely fast wire): the pulls' end."""
-    b = GraphBuilder()
-    ready = [[b.add_node(f"ready w{w}", Kind.SYNC, rank=w, gap=10_000.0 * w)] for w in range(2)]
-    ends = add_ps_part(b, ready, 0, 1e6, AlphaBeta(0.0, 0.0), server_us, received_us=received_us)
-    return float(replay(b.build()).end[ends].max())
-
-
-def test_a_server_takes_each_push_in_as_it_arrives_and_updates_after_the_last():
-    """The server copies, sums or decompresses each push as it arrives (``ServerBusy.received_us``); only the update waits
-    for the key's last push. Laid all after it, the early worker's part waited for the late worker's push."""
-    busy = load(str(BOW)).meta.ps.server_busy
-    assert all(0 < b.received_us < b.ops_us for b in busy)  # dequantizing and summing beside Adam's ops
-    assert _early_and_late(3_000.0, 2_000.0) == pytest.approx(10_000.0 + 2_000.0 + 3_000.0)  # the early push taken in while waiting
-    assert _early_and_late(3_000.0 + 2 * 2_000.0, 0.0) == pytest.approx(10_000.0 + 2 * 2_000.0 + 3_000.0)  # all after the last
-    g = open_run(str(BOW)).graph
-    ps = g.meta.ps
-    names = np.asarray(g.names)[g.name].astype(str)
-    taken, sums = np.char.find(names, " ps0 receive w") >= 0, np.char.endswith(names, " ps0 sum")
-    assert taken.sum() == 2 * sums.sum() == 2 * len(ps.keys) * len(g.meta.steps)  # one per push: every key, worker and step
-    for s in g.meta.steps:  # the engine's receipts as measured in the step, the rest of the server's time after the last push
-        at = g.step == s
-        share = received_share(ps, s)
-        assert share == pytest.approx(sum(b.received_us for b in ps.server_busy if b.step == s) / sum(b.ops_us for b in ps.server_busy if b.step == s))
-        assert g.dur[taken & at].sum() == pytest.approx(share * (g.dur[taken & at].sum() + g.dur[sums & at].sum()
-                                                                 - update_us(ps, s) * len(ps.keys)), rel=1e-6)
-    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
-    assert set(names[g.succ[taken[src]]]) <= set(names[sums])  # each receipt feeds its key's sum

@@ -102,9 +102,7 @@ def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
     measured = np.mean([span for _, _, span in g.meta.ps.exchange_us])
     assert len(g.meta.ps.exchange_us) == 2 * 3  # workers x profiled steps
     replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
-    # the replayed exchanges jump where an order on a port or a server flips (``fit_ps_link``): 37.96 ms on one side
-    # (-0.99 %), 37.95 once each push is taken in as it arrives (``add_ps_part``'s ``received_us``)
-    assert replayed == pytest.approx(measured, rel=0.015)
+    assert replayed == pytest.approx(measured, rel=0.01)
     assert g.meta.ps_link_fit.bandwidth_bytes_per_s > 0
 
 

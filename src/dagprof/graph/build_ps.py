@@ -9,7 +9,7 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
                                                      pushes overlap the rest of the backward pass)
     QuantizeCPU of key k          -> issue(key k)   (2-bit compression: the push sends the quantized
                                                      gradient; ``_quantize_of_keys``)
-    issue(key k) -> push (worker's port out, then port psS in) -> psS receipt (each push as it arrives) -> psS sum+update
+    issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
                     (where the pulls are ops of their own, ``PsRecord.pull_after_ack``: the push's acknowledgement
                     the same way, the pull op on the worker's main engine thread, its request back into psS,
@@ -522,17 +522,6 @@ def ops_factor(ps: PsRecord, step: int) -> float:
     return per_byte[step] / mean if mean > 0 else 1.0
 
 
-def received_share(ps: PsRecord, step: int) -> float:
-    """The share of the servers' engine time per byte (``initial_link``'s gamma) that took single pushes in as they
-    arrived (``ServerBusy.received_us``: copies, sums, decompressions) in ``step``, over every profiled step where
-    ``step`` is not one; the rest (the ``*_update`` ops) waits for the key's last push. Laid all after the last push, a
-    2-bit bag-of-words server's dequantizing of the early worker's push (3.4 ms of the embedding's 10.1 in a step whose
-    workers began pushing 9-11 ms apart) waited for the late worker's (docs/evidence.md, mxworker66)."""
-    rows = [b for b in ps.server_busy if b.step == step] or ps.server_busy
-    ops = sum(b.ops_us for b in rows)
-    return min(sum(b.received_us for b in rows) / ops, 1.0) if ops > 0 else 0.0
-
-
 def scale_server_work(g: Graph, factor: float) -> Graph:
     """``g`` with its servers' host work times ``factor``: their time per key part (``update_us``), in the record
     ``rebuild_ps`` prices from and on the servers' nodes, and each row_sparse pull's time beyond the wire (``PsLinkFit``,
@@ -544,11 +533,10 @@ def scale_server_work(g: Graph, factor: float) -> Graph:
         return g
     cpu = np.array([_is_ps_device(d.name) and d.name.endswith(" cpu") for d in g.devices] + [False])
     dur = g.dur.copy()
-    names = np.asarray(g.names, dtype=str)[g.name]
-    on = np.flatnonzero(cpu[g.device] & np.char.endswith(names, " sum"))  # a key's update, not a push's receipt
+    on = np.flatnonzero(cpu[g.device])
     steps, at = np.unique(g.step[on], return_inverse=True)
     dur[on] = np.maximum(dur[on] - np.array([update_us(ps, int(s)) for s in steps])[at] * (1.0 - factor), 0.0)
-    dur[np.char.find(names, " serve w") >= 0] *= factor
+    dur[np.char.find(np.asarray(g.names, dtype=str)[g.name], " serve w") >= 0] *= factor
     meta = g.meta.copy()
     meta.ps = msgspec.structs.replace(ps, server_busy=[msgspec.structs.replace(b, busy_us=b.ops_us + (b.busy_us - b.ops_us) * factor)
                                                        for b in ps.server_busy])
@@ -618,7 +606,6 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     engines = [main[w] for w in range(n)] if ps.pull_after_ack and all(w in main for w in range(n)) else None
     for step in g.meta.steps:
         per_update, per_byte = update_us(ps, step), link.gamma_us_per_byte * ops_factor(ps, step)
-        on_arrival = received_share(ps, step)
         at_step = replace(link, beta_us_per_byte=link.beta_us_per_byte * step_factors.get(step, 1.0))
         for k in ps.keys:
             key = k.key
@@ -628,9 +615,8 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             parts = pslite_bytes(ps, k, step, servers)
             total = sum(nb for _, _, nb in parts)
             for server, pushed, part in parts:
-                ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * per_byte * (1.0 - on_arrival), tag=tag, order=order,
-                                   step=step, bucket=key, pull=not k.row_bytes, pushed=pushed, engines=engines,
-                                   received_us=part * per_byte * on_arrival)
+                ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * per_byte, tag=tag, order=order, step=step, bucket=key,
+                                   pull=not k.row_bytes, pushed=pushed, engines=engines)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 arrived = [(u, key_in[(step, key, w)]) for w, u in enumerate(ends) if (step, key, w) in key_in]
                 if arrived:  # what the worker ran as this key's pull arrived (its copy)
@@ -682,5 +668,4 @@ def _is_ps_device(name: str) -> bool:
     return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
-__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "ops_factor", "received_share",
-           "scale_server_work", "ps_devices", "exchange_nodes"]
+__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "ops_factor", "scale_server_work", "ps_devices", "exchange_nodes"]

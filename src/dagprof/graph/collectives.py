@@ -103,7 +103,7 @@ def worker_ports(worker: int) -> tuple[str, str]:
 
 def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
                 tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, pull: bool = True, pushed: float | None = None,
-                engines: Sequence[int] | None = None, received_us: float = 0.0) -> list[int]:
+                engines: Sequence[int] | None = None) -> list[int]:
     """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
 
     The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
@@ -120,9 +120,7 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     the next forward pulls: ``add_ps_pull``); each worker's acknowledgement is returned. ``pushed``: the bytes each push
     carries where not ``nbytes`` (a compressed one: ``traces.mxnet.pslite_bytes``); the server sums and the pulls carry ``nbytes``.
     ``engines``: each worker's pull is an op of its own that its engine issues once the push is acknowledged
-    (``_pull_request``), on device ``engines[w]``; None: the pull leaves with the push's answer. ``received_us``: the
-    server's work on each push as it arrives (its copy, sum or decompression, ``ServerBusy.received_us``), on its CPU
-    before the sum: an early worker's push is taken in while the late one's is still on the wire.
+    (``_pull_request``), on device ``engines[w]``; None: the pull leaves with the push's answer.
     """
     port_in, cpu, port_out = ps_devices(server)
     dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
@@ -138,10 +136,6 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
         lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PUSH, **kw)
         b.add_edges(list(preds), [lat] * len(preds))
         arrived.append(_message(b, lat, up, dev_in, k_up, up_bytes / k_up, link, eps, f"{tag} push ps{server} w{w}", w, CommKind.PUSH, **kw))
-        if received_us > 0:
-            taken = b.add_node(f"{tag} ps{server} receive w{w}", Kind.COMM, rank=-1, device=dev_cpu, dur=received_us, comm_kind=CommKind.PUSH, **kw)
-            b.add_edge(arrived[-1], taken)
-            arrived[-1] = taken
     s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(up_bytes * len(ready)),
                    comm_kind=CommKind.PUSH, **kw)
     b.add_edges(arrived, [s] * len(arrived))

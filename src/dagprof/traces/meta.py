@@ -176,7 +176,6 @@ class ServerBusy(msgspec.Struct, frozen=True):
     ops_us: float  # the engine's copies, sums, decompressions and ``*_update`` ops: the part that grows with the bytes
     # between its updates, the time its threads used no CPU: waiting for a push's bytes or a core (-1: its CPU not recorded)
     waited_us: float = -1.0
-    received_us: float = 0.0  # of ``ops_us``, the copies, sums and decompressions of single pushes, which run as each arrives
 
 
 class PsRecord(msgspec.Struct, kw_only=True, frozen=True):

@@ -626,8 +626,7 @@ def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
 
 def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]], compression: str = "") -> tuple[list[ServerBusy], list[RunWarning]]:
     """Per server and step, the time the server was busy with the step's pushes and, of it, its engine's copies, sums and
-    optimizer ops, and of those the receipts (``ServerBusy.received_us``, run as each push arrives); and a warning per
-    server whose ``DEQUANTIZE`` spans lost ends (``_lost_spans``) or, the pushes compressed,
+    optimizer ops; and a warning per server whose ``DEQUANTIZE`` spans lost ends (``_lost_spans``) or, the pushes compressed,
     are fewer than the parts pushed to it (``_dequantized``).
 
     A server receives pushes on one thread: it copies or sums each in (``RECEIVED``) and, once a key's last push is in,
@@ -680,10 +679,9 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]], compression:
                     since = last if pushed < began else max(received[k - 1] if k else first, pushed, last)
                 spans.append((since, end))  # empty where a later one began after it
                 last, began = max(last, end), first
-            received = sum(o.end - o.start for o in mine if o.name in RECEIVED)
-            counted = received + sum(o.end - o.start for o in mine if o.name.endswith("_update"))
+            counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
-            out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited, received))
+            out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited))
     return out, warnings
 
 
