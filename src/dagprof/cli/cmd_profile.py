@@ -20,7 +20,8 @@ from ..traces.steps import DEFAULT_STEPS, iteration_us
 from ..units import count
 from .common import steps_arg
 
-HELP = "profile an unmodified PyTorch DDP job (torchrun or hand-started ranks) into a dagprof run folder"
+HELP = ("profile an unmodified training job (PyTorch DDP, FSDP or HSDP under torchrun or hand-started ranks, horovodrun, "
+        "or an MXNet dist_sync job with --mxnet-ps) into a dagprof run folder")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
