@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
                         "(any count when it names none); repeatable")
     p.add_argument("--comm-log", action="append", default=[], metavar="FILE",
                    help="measured per-layer all-reduce times (B-Caffe log or CSV with workers=N); repeatable")
-    p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value, help="policy of the main table, all being computed (default wfbp: each layer's all-reduce as its backward ends)")
+    p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value,
+                   help="policy of the main table, all being computed (default wfbp: each layer's all-reduce as its backward ends)")
     p.add_argument("--iter-time-1", type=finite_positive, metavar="SECONDS",
                    help="measured single-worker iteration time; fills what the layer file lacks (forward for B-Caffe logs)")
     p.add_argument("--jitter", type=int, default=0, metavar="SAMPLES",
