@@ -41,6 +41,8 @@ _FSDP_AXES = ("reshard_after_forward", "reduce_dtype", "units", "mesh")  # what-
 
 def add_arguments(p) -> None:
     add_run_arguments(p)
+    p.epilog = ("each axis flag (--workers .. --mesh) takes a comma-separated list, one row per combination; an axis not given "
+                "stays as profiled. Example: dagprof whatif RUN --bandwidth 10Gbit,1Gbit --workers 16 --bucket-mb 5")
     for a in AXES:
         p.add_argument(a.flag, dest=a.name, metavar=a.flag[2:].upper().replace("-", "_"), type=comma_list(a.parse), help=a.help)
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
