@@ -56,7 +56,7 @@ def add_arguments(p) -> None:
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="--data-parallel fsdp from a DDP profile: optimizer state per parameter, for the memory (default momentum: one copy)")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
-    p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives); a --overlap "
+    p.add_argument("--link-model", metavar="FILE", help="link model from `dagprof calibrate` (instead of fitting the run's collectives); a --overlap "
                    "file also prices compute slowed beside in-flight collectives")
     p.add_argument("--link-from", metavar="FILE", help="`dagprof calibrate` file of the link the run was profiled on, for --link-to "
                    "(measured as its files were: same ranks, sizes and machine)")
