@@ -143,8 +143,8 @@ def shared_cores_load_note(meta: GraphMeta) -> str | None:
                     f"({100 * f.foreign_us[r] / f.step_us[r]:.0f} %) beyond the job's own CPU" for r in sorted(f.step_us))
     return (f"the training threads waited for a core in the profiled steps ({per}; median per step): other processes held the "
             "host's cores then, so the op times carry that load and every row does too, and --cores queues the ranks again on "
-            "top of it (179 of 182 kept profiles of 2-4 ranks on 1-2 cores waited at most 8 % of a step so, six of three "
-            "scripts at load 19 36-66 %); profile again on quiet cores")
+            "top of it (179 of 182 kept profiles of 2-4 ranks on 1-2 cores waited at most 8 % of a step so; six profiles of three "
+            "scripts taken at load 19, 36-66 %); profile again on quiet cores")
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ HELP = "measure collective times over message sizes (live gloo group, or nccl-te
 
 
 def add_arguments(p) -> None:
-    p.add_argument("-o", "--out", default="link-model.json", help="where to write the link model (JSON)")
-    p.add_argument("--world", type=positive_int, default=2, help="ranks to spawn on this machine (ignored inside torchrun)")
-    p.add_argument("--max-mb", type=finite_positive, default=16.0, help="largest message (MiB); sizes go up by 4x from 4 KiB")
-    p.add_argument("--iters", type=positive_int, default=5, help="timed repetitions per size (median)")
+    p.add_argument("-o", "--out", default="link-model.json", help="where to write the link model (JSON; default link-model.json)")
+    p.add_argument("--world", type=positive_int, default=2, help="ranks to spawn on this machine (default 2; ignored inside torchrun)")
+    p.add_argument("--max-mb", type=finite_positive, default=16.0, help="largest message (MiB, default 16); sizes go up by 4x from 4 KiB")
+    p.add_argument("--iters", type=positive_int, default=5, help="timed repetitions per size, their median kept (default 5)")
     p.add_argument("--kinds", type=_kinds, default=live.KINDS, metavar="K[,K]",
                    help="live: collectives to sweep besides the all-reduce, each fitted on its own (FSDP's collectives are priced by "
                         "their kind's fit): all_gather, reduce_scatter (default: both); all_reduce alone: none")

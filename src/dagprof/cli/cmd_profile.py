@@ -1,4 +1,4 @@
-"""``dagprof profile -o RUN [--steps 5:10] -- torchrun ... train.py``: profile an unmodified DDP job.
+"""``dagprof profile -o RUN [--steps 5:10] -- torchrun ... train.py``: profile an unmodified DDP, FSDP or Horovod job.
 
 ``dagprof profile --mxnet-ps servers=1,workers=2 -o RUN -- python train.py``: an MXNet ``dist_sync`` job
 whose script calls ``dagprof.collect.mxnet_ps.profile`` (scheduler, servers and workers started here)."""
@@ -20,7 +20,8 @@ from ..traces.steps import DEFAULT_STEPS, iteration_us
 from ..units import count
 from .common import steps_arg
 
-HELP = "profile an unmodified PyTorch DDP job (torchrun or hand-started ranks) into a dagprof run folder"
+HELP = ("profile a training command into a dagprof run folder: PyTorch DDP, FSDP or HSDP (torchrun or hand-started ranks) "
+        "and horovodrun unmodified; an MXNet dist_sync script that calls mxnet_ps.profile, with --mxnet-ps")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

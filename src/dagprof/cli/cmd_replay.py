@@ -12,7 +12,8 @@ def add_arguments(p) -> None:
     add_out_argument(p, "replay.trace.json, measured.trace.json and report.html")
     p.add_argument("--write-traces", action="store_true", help="write the Perfetto traces however large (by default skipped above "
                    "1,000,000 events, with a note)")
-    p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto")
+    p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto",
+                   help="replayer: numba (compiled) or python, same answers (default auto: numba where it is installed)")
     p.add_argument("--template", action="store_true", help="replay every step with each op's mean time over the steps (dPRO's averaged replay)")
     p.add_argument("--explain", action="store_true",
                    help="where the replay departs from the measured timeline, per lane, and the edge that held each op back")

@@ -22,7 +22,7 @@ HELP = "predict iteration time, exposed communication and speed-up over worker c
 def add_arguments(p) -> None:
     p.add_argument("layers", help="layer CSV (layer,forward_us,backward_us,grad_bytes[,allreduce_us]), a B-Caffe log, or a dagprof run folder")
     p.add_argument("--workers", type=comma_list(worker_count), default=[1, 2, 4, 8, 16],
-                   help=f"worker counts, e.g. 1,2,4,8,16 (at most {MAX_WORKERS:,})")
+                   help=f"worker counts (default 1,2,4,8,16; at most {MAX_WORKERS:,})")
     p.add_argument("--net", help="interconnect for all-reduce costs: a preset (10gbe, 25gbe, 100gbe, ib56, ib-edr, ib-hdr, pcie3, pcie4, "
                                  "nvlink) or a bandwidth (10Gbit, 25GB/s)")
     p.add_argument("--osu", action="append", default=[], metavar="FILE",
@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
                         "(any count when it names none); repeatable")
     p.add_argument("--comm-log", action="append", default=[], metavar="FILE",
                    help="measured per-layer all-reduce times (B-Caffe log or CSV with workers=N); repeatable")
-    p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value, help="policy of the main table (all are computed)")
+    p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value,
+                   help="policy of the main table, all being computed (default wfbp: each layer's all-reduce as its backward ends)")
     p.add_argument("--iter-time-1", type=finite_positive, metavar="SECONDS",
                    help="measured single-worker iteration time; fills what the layer file lacks (forward for B-Caffe logs)")
     p.add_argument("--jitter", type=int, default=0, metavar="SAMPLES",

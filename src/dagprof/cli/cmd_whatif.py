@@ -41,6 +41,8 @@ _FSDP_AXES = ("reshard_after_forward", "reduce_dtype", "units", "mesh")  # what-
 
 def add_arguments(p) -> None:
     add_run_arguments(p)
+    p.epilog = ("each axis flag (--workers .. --mesh) takes a comma-separated list, one row per combination; an axis not given "
+                "stays as profiled. Example: dagprof whatif RUN --bandwidth 10Gbit,1Gbit --workers 16 --bucket-mb 5")
     for a in AXES:
         p.add_argument(a.flag, dest=a.name, metavar=a.flag[2:].upper().replace("-", "_"), type=comma_list(a.parse), help=a.help)
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
@@ -54,7 +56,7 @@ def add_arguments(p) -> None:
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="--data-parallel fsdp from a DDP profile: optimizer state per parameter, for the memory (default momentum: one copy)")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
-    p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives); a --overlap "
+    p.add_argument("--link-model", metavar="FILE", help="link model from `dagprof calibrate` (instead of fitting the run's collectives); a --overlap "
                    "file also prices compute slowed beside in-flight collectives")
     p.add_argument("--link-from", metavar="FILE", help="`dagprof calibrate` file of the link the run was profiled on, for --link-to "
                    "(measured as its files were: same ranks, sizes and machine)")
