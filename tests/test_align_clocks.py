@@ -33,12 +33,14 @@ def skewed(tmp_path_factory):
 
 
 def test_skewed_rank_is_realigned_within_1ms(skewed):
-    truth = estimate_offsets(read_trace_dir(gloo_traces())).offset_us[1]  # same host: ~0
+    same = estimate_offsets(read_trace_dir(gloo_traces()))  # same host: offset ~0
     a = estimate_offsets(skewed)
     assert a.offset_us[0] == 0.0
-    assert abs(a.offset_us[1] - (truth - SKEW_NS / 1000)) < 1.0  # the shift is recovered exactly
+    assert abs(a.offset_us[1] - (same.offset_us[1] - SKEW_NS / 1000)) < 1.0  # the shift is recovered exactly
     assert abs(a.offset_us[1] + SKEW_NS / 1000) < 1000.0  # and the clocks agree within 1 ms
-    assert a.residual_us["median"] < 1000.0 and a.instances_used >= 4
+    # the residual is the recording's own (ranks leaving a collective apart: over 1 ms where the traces were recorded on a
+    # loaded host), not the skew's
+    assert abs(a.residual_us["median"] - same.residual_us["median"]) < 1.0 and a.instances_used >= 4
     aligned, _ = align_clocks(skewed)
     r0, r1 = aligned.ranks
     assert abs((r1.base_ns - r0.base_ns) - (skewed.ranks[1].base_ns - skewed.ranks[0].base_ns - SKEW_NS)) < 1_000_000
