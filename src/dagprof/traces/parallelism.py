@@ -431,7 +431,7 @@ def _loop_own(trace: RankTrace, inst: _Instances) -> np.ndarray:
     return mine & plain & (inst.bucket < 0) & (inst.nbytes > 0)
 
 
-def _trained_forwards(ev, on_main: np.ndarray) -> np.ndarray:
+def _trained_forwards(ev: EventTable, on_main: np.ndarray) -> np.ndarray:
     """Per event: a layer forward on the main lanes that the step's backward answers. Per step, only layers a backward
     ran in count (an embedding of token ids has none), and of each, the forwards before the backward beyond its backwards
     are dropped from the front: an evaluation pass under ``torch.no_grad`` at the top of the step, which no backward
