@@ -166,6 +166,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "hvd_centernet_gn": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "tf_espcn_sr_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "jax_pixelcnn_jit": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "jax_mdn_rmsprop": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_triplet_hard": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_seq2seq_sort": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }

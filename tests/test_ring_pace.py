@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dagprof.passes.comm_cpu import keep_comm_cpu
 from dagprof.passes.compute import ring_pace_note, share_cores
-from dagprof.passes.ring_pace import THREADS_PER_RANK, TICK_US, pace_us, paced_us, ring_pace
+from dagprof.passes.ring_pace import TICK_US, pace_us, paced_us, ring_pace
 from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
@@ -21,12 +22,14 @@ def graph():
     return open_run(RUN).graph
 
 
-def test_the_pace_applies_only_where_the_threads_outnumber_the_cores(graph):
-    """2 threads a rank: 1 rank on 2 cores fits them, 4 ranks on 2 cores do not, each ring step then a quarter of the
-    tick (the recorded host's). No pace for a TF or PyTorch job, or a JAX job whose arrays a step were not read."""
-    assert ring_pace(graph, 1, 2) is None and pace_us(TICK_US, 2, 2) == 0.0
+def test_the_pace_applies_only_where_the_ranks_outnumber_the_cores(graph):
+    """1 or 2 ranks on 2 cores fit them (a profile on those cores holds its own pace), 3 or 4 do not, each ring step then a
+    quarter of the tick (the recorded host's). No pace for a TF or PyTorch job, or a JAX job whose arrays a step were not
+    read."""
+    assert ring_pace(graph, 1, 2) is None and ring_pace(graph, 2, 2) is None and ring_pace(graph, 3, 2) is not None
+    assert pace_us(TICK_US, 2) == TICK_US / 4
     pace = ring_pace(graph, 4, 2)
-    assert pace is not None and pace.threads == 4 * THREADS_PER_RANK and pace.tick_recorded
+    assert pace is not None and pace.ranks == 4 and pace.tick_recorded
     assert pace.tick_us == max(graph.meta.host_tick_us.values()) and 0 < pace.step_us <= pace.tick_us
     assert pace.step_us == pytest.approx(pace.tick_us / 4)
     assert ring_pace(graph.replace(meta=graph.meta.replace(framework="tensorflow")), 4, 2) is None
@@ -69,5 +72,15 @@ def test_four_workers_on_two_cores_wait_at_least_their_ring_steps_at_the_pace(gr
 def test_the_note_says_the_pace_where_it_applies(graph):
     """Said for 4 workers on 2 cores, with the tick and the threads; not without --cores or where the ranks fit the cores."""
     note = ring_pace_note(graph, 4, 2)
-    assert note is not None and "4 ms" in note and "4 JAX ranks x 2" in note and "bench/ring_probe.py" in note
+    assert note is not None and "4 ms" in note and "4 JAX ranks (2 gloo threads each)" in note and "bench/ring_probe.py" in note
     assert ring_pace_note(graph, 4, None) is None and ring_pace_note(graph, 2, 2) is None
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_answer_moves_exactly_where_the_note_says_so(graph, workers):
+    """One rule for the price and its note: ``--workers N --cores 2`` moves the collectives (their waits) where, and only
+    where, the note says the pace: not at 2 on 2 (the ranks fit the cores), at 3 on 2."""
+    g = scale_workers(keep_comm_cpu(graph), workers)
+    out = share_cores(g, 2, replayer=replay)
+    moved = any(out.node_name(i).endswith("waits for a core)") for i in range(len(out)))
+    assert moved == (ring_pace_note(graph, workers, 2) is not None) == (workers > 2)

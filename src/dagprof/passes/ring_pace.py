@@ -1,5 +1,5 @@
-"""gloo's ring at the scheduler's pace: a JAX job whose ranks' communication threads outnumber the cores they share
-(``--workers N --cores C``, ``passes.compute.share_cores``).
+"""gloo's ring at the scheduler's pace: a JAX job whose ranks outnumber the cores they share (``--workers N --cores C``,
+``passes.compute.share_cores``; one rule for the price and its note, ``ring_pace``).
 
 XLA's CPU client runs each array of a collective as one gloo call (``analysis.operand_stall``), a ring of 2(N-1) steps
 for an all-reduce. In each step a rank keeps two threads runnable, gloo's device loop thread polling its socket and the
@@ -16,7 +16,8 @@ own, ``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``; else ``TICK_US``)
 at least its ring steps at the pace, the most of that and its link's price (which holds the profile's own pace) with
 its waits for a core (``passes.comm_cpu.off_lane_budget``); gloo's CPU stays the profile's, grown as the ring steps.
 Held out (jaxring67, 2026-12-07, 3 cells, 2 of them beside other processes' CPU): mixer -37.1 -> -30.6 %, VAE +53.2 ->
-+48.5 %, GAT -7.3 -> -7.3 %; the VAE's excess is its 2-worker profile's gloo CPU carried x3, which this does not touch.
++48.5 %, GAT -7.3 -> -7.3 %; the VAE's excess is its 2-worker profile's gloo CPU carried x3 (why: its polling thread held
+a core 0.86 of its runnable time at 2 ranks on 2 cores, 0.46 at 4; priced so, tried and not kept: jax68 in evidence).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ THREADS_PER_RANK = 2  # runnable in a collective: gloo's polling device thread a
 
 @dataclass(frozen=True)
 class RingPace:
-    """What a ring step costs where ``ranks`` ranks' ``THREADS_PER_RANK`` runnable communication threads each share
+    """What a ring step costs where ``ranks`` ranks (``THREADS_PER_RANK`` runnable communication threads each) share
     ``cores``: at least ``step_us``."""
 
     ranks: int
@@ -45,12 +46,8 @@ class RingPace:
     tick_recorded: bool  # the profiled hosts' kernels said it (else ``TICK_US``)
 
     @property
-    def threads(self) -> int:
-        return THREADS_PER_RANK * self.ranks
-
-    @property
     def step_us(self) -> float:
-        return pace_us(self.tick_us, self.threads, self.cores)
+        return pace_us(self.tick_us, self.cores)
 
     @property
     def law(self) -> str:
@@ -58,22 +55,23 @@ class RingPace:
         return f"half the tick over {self.cores} cores"
 
 
-def pace_us(tick_us: float, threads: int, cores: int) -> float:
-    """A ring step's time where ``threads`` runnable threads share ``cores`` (0 where the cores suffice): each step's
-    poster waits for the next tick on one of the cores to preempt a poller, half the time between the cores' ticks on
-    average, tick / (2 C). ``bench/ring_probe.py`` (2026-12-07 15:21, load 4.0): 0.77-1.04 ms with 2-4 ranks on 2 cores
-    (tick / 4 = 0.99), 1.70-1.85 ms with 3-4 ranks on 1 core (tick / 2 = 1.98); 2 ranks on 1 core 0.68 ms (their hand-offs
-    wake each other before a tick: priced high there), quantum 3.96 ms."""
-    return tick_us / (2.0 * cores) if threads > cores else 0.0
+def pace_us(tick_us: float, cores: int) -> float:
+    """A ring step's time where more runnable threads than ``cores`` share them: each step's poster waits for the next
+    tick on one of the cores to preempt a poller, half the time between the cores' ticks on average, tick / (2 C).
+    ``bench/ring_probe.py`` (2026-12-07 15:21, load 4.0): 0.77-1.04 ms with 2-4 ranks on 2 cores (tick / 4 = 0.99),
+    1.70-1.85 ms with 3-4 ranks on 1 core (tick / 2 = 1.98); 2 ranks on 1 core 0.68 ms (their hand-offs wake each other
+    before a tick: priced high there), quantum 3.96 ms."""
+    return tick_us / (2.0 * cores)
 
 
 def ring_pace(g: Graph, ranks_per_host: int, cores: int) -> RingPace | None:
     """``g``'s ``RingPace`` with ``ranks_per_host`` ranks on ``cores``; None where it is no JAX job on gloo whose arrays a
-    step were read, or the threads fit the cores."""
+    step were read, or the ranks fit the cores. That is the one rule for the price (``share_cores``, which prices no JAX
+    rank's sharing within the cores) and its note (``compute.ring_pace_note``): within them a profile on those cores holds
+    the pace in its own collectives (2 ranks on 2 cores ran at it in the probe, 1.01 ms a step), which its link fit reads."""
     if g.meta.framework != "jax" or g.meta.backend != "gloo" or not g.meta.collective_operands_per_step:
         return None
-    threads = THREADS_PER_RANK * ranks_per_host
-    if threads <= cores:
+    if ranks_per_host <= cores:
         return None
     ticks = g.meta.host_tick_us
     return RingPace(ranks_per_host, cores, max(ticks.values(), default=TICK_US), bool(ticks))

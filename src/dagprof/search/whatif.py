@@ -483,7 +483,7 @@ def _process_cpu_notes(g: Graph, predicted: list[tuple[Scenario, float]], c: Clu
 
 
 def _ring_pace_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
-    """--cores with more JAX workers' gloo threads than cores: their ring steps at the scheduler's pace (``ring_pace_note``),
+    """--cores with more JAX workers a host than cores: their ring steps at the scheduler's pace (``ring_pace_note``),
     said for the most workers asked."""
     most = max((s.workers or int(g.world_size) for s in scenarios), default=0)
     note = ring_pace_note(g, most, c.cores, c.ranks_per_host) if most else None
