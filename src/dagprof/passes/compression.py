@@ -23,9 +23,10 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
   the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
   completion callback took in the job's group (a user's job: in ``calibrate --overlap``'s on its cluster) beyond the link
-  model's price (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
+  model's bytes term (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
-  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). After the
+  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). The line's
+  intercept prices none of them (``chained_line``): fitted on large buckets it is their stalls, not a small call's latency. After the
   backward the hook's CPU between and after its all-reduces takes what the hook's kind of CPU between chained
   all-reduces took there per unit of its idle time (``Chained.stretch``: the priced profile's own, its training thread's
   CPU plus waits for a core over its CPU, ``search.measured.profiled_stretch``; else measured beside ``chained``,
