@@ -27,7 +27,7 @@ import numpy as np
 from dagprof.closeloop import CODEC_COSTS_FILE
 from dagprof.collect.deploy.strategy import load_strategy
 from dagprof.passes.bucket_plan import BucketSlots
-from dagprof.passes.compression import chained_latency_us, chained_line, powersgd_parts
+from dagprof.passes.compression import chained_latency_us, powersgd_parts
 from dagprof.passes.gradients import gradient_order
 from dagprof.pipeline import open_run
 from dagprof.search.measured import chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
@@ -50,7 +50,7 @@ def priced(work: str, round_a: str, strategy_path: str) -> list[dict[str, float]
     costs = in_job(codec_costs(order, (c.rank,), os.path.join(os.path.dirname(strategy_path), CODEC_COSTS_FILE))[0], job)
     chained = chained_in_job(cluster, profiled_stretch(p.run))
     beside = slowdown_in(cluster)[0]
-    price = chained_line(chained, BucketSlots(p.graph, order).price)  # the line PowerSGD's all-reduces are priced on
+    price = BucketSlots(p.graph, order).price
     es = order.element_size
     at = {name: i for i, name in enumerate(order.params)}
     ends = sorted(max(at[q] for q in b.params) for b in st.buckets) if st.buckets else list(order.profiled_ends)

@@ -1,8 +1,6 @@
 """The optimizer's passes on a real profile (the session's tiny 2-rank DDP run): bucket slots,
 compression pricing, recomputation, accumulation, scheduling, and incremental replay of candidates."""
 
-import statistics
-
 import numpy as np
 import pytest
 from testdata import DATA
@@ -13,7 +11,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan
-from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, chained_line, powersgd_parts
+from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, powersgd_parts
 from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.pipeline import open_run
@@ -159,23 +157,6 @@ def test_powersgd_all_reduces_pay_the_chained_latency_the_job_measured(order):
     plain = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, price, costs)
     paid = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, price, costs, chained=chained)
     assert paid.channel_us == pytest.approx(plain.channel_us + 3 * 499.0) and paid.encode_us == plain.encode_us
-
-
-def test_powersgd_all_reduces_not_priced_at_the_link_fits_intercept(order):
-    """Where the job measured chained small all-reduces, PowerSGD's three are priced on the link model's bytes term and
-    their measured latency: whatever intercept the line fitted on DDP's large buckets carries (a one-size fit puts those
-    buckets' stalls there) prices none of them. Not measured: the line as before."""
-    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
-    chained = Chained(((4096, 3000.0), (16384, 3100.0), (65536, 5000.0)))
-    wire = lambda nb: 0.04 * nb  # noqa: E731
-    codec = Codec("powersgd", 2)
-    costs_at = [bucket_cost(order, 0, len(order) - 1, codec, 1, lambda nb, a=a: a + wire(nb), costs, chained=chained) for a in (0.0, 6000.0, 12000.0)]
-    assert [c.channel_us for c in costs_at] == pytest.approx([costs_at[0].channel_us] * 3)
-    assert len({(c.encode_us, c.wire_bytes) for c in costs_at}) == 1
-    latency = statistics.median(us - wire(b) for b, us in chained.allreduce)
-    assert chained_latency_us(chained, chained_line(chained, lambda nb: 6000.0 + wire(nb))) == pytest.approx(latency)
-    unmeasured = bucket_cost(order, 0, len(order) - 1, codec, 1, lambda nb: 6000.0 + wire(nb), costs)
-    assert unmeasured.channel_us - costs_at[0].channel_us == pytest.approx(3 * (6000.0 - latency))  # the intercept, three times
 
 
 def test_powersgd_cpu_between_chained_all_reduces_takes_what_the_cluster_measured(order):

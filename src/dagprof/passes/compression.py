@@ -23,10 +23,9 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
   the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
   completion callback took in the job's group (a user's job: in ``calibrate --overlap``'s on its cluster) beyond the link
-  model's bytes term (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
+  model's price (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
-  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). The line's
-  intercept prices none of them (``chained_line``): fitted on large buckets it is their stalls, not a small call's latency. After the
+  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). After the
   backward the hook's CPU between and after its all-reduces takes what the hook's kind of CPU between chained
   all-reduces took there per unit of its idle time (``Chained.stretch``: the priced profile's own, its training thread's
   CPU plus waits for a core over its CPU, ``search.measured.profiled_stretch``; else measured beside ``chained``,
@@ -156,9 +155,8 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     later = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
     hook = parts.issue_us if later else 0.0
     during_backward = last < len(order) - 1
-    line = chained_line(chained, price)
-    transfers = (line(parts.uncompressed * es) + line(parts.p * es) + line(parts.q * es)
-                 + 3 * chained_latency_us(chained, line, during_backward))
+    transfers = (price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es)
+                 + 3 * chained_latency_us(chained, price, during_backward))
     cpu = hook + parts.middle_us + parts.decode_us
     # While backward runs, the channel's CPU work shares the training thread's core: the backward loses that CPU (steal)
     # and the callbacks run ``beside`` slower themselves; after the last gradient the training thread only waits, and the
@@ -179,18 +177,6 @@ def nonempty_allreduces(order: GradientOrder, ends: Iterable[int], rank: int) ->
         count += sum(any(x[k] for x in split) for k in range(3))
         first = last + 1
     return count
-
-
-def chained_line(chained: Chained, price: Callable[[float], float]) -> Callable[[float], float]:
-    """The line PowerSGD's all-reduces are priced on before ``chained_latency_us``: where the job measured chained small
-    all-reduces, ``price`` less its intercept (its bytes' term alone), so their latency is the one measured at their
-    sizes; else ``price``. The link model's intercept is fitted on DDP's buckets, where it holds those large transfers'
-    stalls (fitted on one size, all of it: held-out GRU4Rec's and BERT4Rec's profiles priced a 2.5 kB all-reduce at
-    3.9-18 ms, their chained 4-64 kB all-reduces measured 3-5 ms whole)."""
-    if not chained.allreduce:
-        return price
-    intercept = price(0.0)
-    return lambda nbytes: price(nbytes) - intercept
 
 
 def chained_latency_us(chained: Chained, price: Callable[[float], float], during_backward: bool = False) -> float:
