@@ -274,9 +274,10 @@ def _gathers_last_chunk(g: Graph, idx: np.ndarray, was: Topology | None, now: To
     last chunk crossed, and the rank that joined last leaves that chunk's time after the first. On the testbed's shaped
     port a burst after an idle spell (1 ms of the rate: 125 kB at 1 Gbit/s) carries a 50 kB chunk at once, so the HSDP
     transformer's (``bench/fsdp_fresh/hsdp_transformer.py --shard 2``) block all-gathers released their later rank 0.07-0.16
-    ms after the first at 1 Gbit/s, and 1.0-1.7 ms (median per gather, 2026-12-07) at 200 Mbit/s, where the 25 kB burst
-    carries half of it: scaled as measured, 0.4-0.8 (issue 16). The chunk's own time grows with the rate whatever the burst
-    hid; the fsdp_train all-gathers' 200 kB chunks, past the burst at 1 Gbit/s, lagged 1.8-2.2 and 8.1-8.2 ms alike."""
+    ms after the first at 1 Gbit/s, and 0.98-3.19 ms (median per gather, 2026-12-07) at 200 Mbit/s, where the 25 kB
+    burst carries half of it; scaled by the rate ratio their what-if laid out 0.18-1.87 (issue 16). The chunk's own time
+    grows with the rate whatever the burst hid, and the burst (a testbed's bucket) is not taken off: 1.64-2.94 laid out.
+    The fsdp_train all-gathers' 200 kB chunks, past the burst at 1 Gbit/s, lagged 1.8-2.2 and 8.1-8.2 ms alike."""
     out = np.zeros(len(g))
     if was is None or not is_fsdp_graph(g) or wire_floor(g) is None or (g.meta.backend or "gloo") != "gloo":
         return out
