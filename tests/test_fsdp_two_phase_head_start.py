@@ -48,4 +48,6 @@ def test_the_200mbit_step_takes_the_lost_head_starts():
     scenarios = evaluate(open_run(RUN).graph, [Scenario(), Scenario(bandwidth="200Mbit")], WIRE, tolerance_pct=None)["scenarios"]
     rows = [r.to_json()["predicted_median_ms"] for r in scenarios]
     assert rows[0] == pytest.approx(236.21, abs=0.05)  # the model of the profiled run, unchanged
-    assert rows[1] == pytest.approx(443.2, abs=0.3)  # was 440.1; the job measured 466.5 (test_fsdp_wire_floor.py)
+    # was 440.1, then 443.2 with these head starts; 467.6 since each all-gather's later rank waits its last chunk
+    # (test_fsdp_gather_last_chunk.py); the job measured 466.5 (test_fsdp_wire_floor.py)
+    assert rows[1] == pytest.approx(467.6, abs=0.3)

@@ -61,8 +61,10 @@ def test_a_slower_wire_adds_the_wire_s_whole_time_per_byte():
                     tolerance_pct=None)["scenarios"]
     model, slow = (r.to_json()["predicted_median_ms"] for r in rows)
     assert abs(model / MEASURED_1G_MS - 1) < 0.10  # the profile's own level
-    assert abs((slow / model) / (MEASURED_200M_MS / MEASURED_1G_MS) - 1) < 0.05  # the change: before -6.1 %, now +2.1 %
-    assert abs(slow / MEASURED_200M_MS - 1) < 0.08  # before -13.4 %, now -5.7 %
+    # the change: -6.1 % unfloored, +2.1 % floored, +8.5 % since each gather's later rank waits its last chunk
+    # (test_fsdp_gather_last_chunk.py): the 200 Mbit/s step now matches, the 1 Gbit/s model stays 7.6 % under its twin
+    assert abs((slow / model) / (MEASURED_200M_MS / MEASURED_1G_MS) - 1) < 0.10
+    assert abs(slow / MEASURED_200M_MS - 1) < 0.02  # -13.4 % unfloored, -5.7 % floored (-5.0 % with the head starts), now +0.2 %
 
 
 def test_analyze_leaves_one_rank_groups_bytes_out_of_the_dimension_s_mb(tmp_path, capsys):
