@@ -12,6 +12,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
+from ..passes.comm import NOT_WIRE_FIT, WIRE_FIT_SCATTER
 from ..passes.link_fit import LinkFit, floored_kinds, graph_world_size, pipelined, priced_comm, priced_world_size, profiled_collectives, unhidden_note
 from ..units import count
 from .scenario import Cluster, Scenario
@@ -115,11 +116,19 @@ def _ps_wire_notes(g: Graph, wire: float, written: str) -> list[str]:
     share = fit.bandwidth_bytes_per_s / wire
     head = (f"--profiled-bandwidth {written}: the parameter-server exchanges ({fit.target_exchange_us / 1e3:.1f} ms on "
             f"average) fitted at {share:.0%} of it")
-    how = ("no slower than the wire (a port's burst allowance): the fit scales by the rate ratio, --bandwidth over it, and with more workers "
-           "per server the burst's bytes are a smaller share of a port's" if share >= 1.0 else
-           "; what held them back was not the wire (busy cores, lost segments) and is kept as a limit of its own: a row's messages move at "
-           "the slower of --bandwidth and the fit")
-    return [head + ("" if share < 1.0 else ", ") + how]
+    if share >= 1.0:
+        how = (", no slower than the wire (a port's burst allowance): the fit scales by the rate ratio, --bandwidth over it, and with more "
+               "workers per server the burst's bytes are a smaller share of a port's")
+    elif share >= WIRE_FIT_SCATTER:
+        how = ", within the scatter of the wire's own fits: the fit scales by the rate ratio, --bandwidth over it"
+    elif share <= NOT_WIRE_FIT:
+        how = ("; what held them back was not the wire (busy cores, lost segments) and is kept as a limit of its own: a row's messages move "
+               "at the slower of --bandwidth and the fit")
+    else:
+        how = (f"; between the wire's fits (from {WIRE_FIT_SCATTER:.0%}) and a limit of its own (to {NOT_WIRE_FIT:.0%}), which it is "
+               "the profile does not tell: a row's time per byte mixes the two, the rate ratio's and the slower of --bandwidth and the fit's, "
+               "in proportion to where the fit lies")
+    return [head + how]
 
 
 def moved_rate(g: Graph) -> float | None:
