@@ -63,8 +63,10 @@ MAX_PACE = 4.0
 # calls (57 ms a rank-step against 13-14 ms of the thread's CPU outside the window) stayed whole and the ops went to x0.12;
 # counted, 2 -> 4 ranks DLRM -23.5 -> -2.6 % change error (the profile it was found on), held out DLRM +7.3 -> +1.2 %,
 # TwoTower +23.8 -> +24.2 %, the DDP testbed's kept round 10 of 17 cells closer, 6 further by at most 0.3 points
-# (docs/evidence.md, branches crfcorr67 and crfheld68)
-_CORRECTED = COMPUTE_KINDS + (Kind.DATA, Kind.COMM_ENQUEUE)
+# (docs/evidence.md, branches crfcorr67 and crfheld68). PyTorch's only: Horovod's requests are COMM_ENQUEUE too, and
+# counted they moved a 4-worker autoencoder's ``--workers 1`` answer -34 % where nothing was measured to judge it
+_CORRECTED = COMPUTE_KINDS + (Kind.DATA,)
+_CORRECTED_TORCH = _CORRECTED + (Kind.COMM_ENQUEUE,)
 
 
 @dataclass(frozen=True)
@@ -409,7 +411,7 @@ def median_stderr(xs: list[float]) -> float:
 
 
 def scale_host_work(g: Graph, factor: float) -> Graph:
-    """Host compute ops (data loading and a collective's host call too: ``_CORRECTED``) and every rank's framework gaps
+    """Host compute ops (data loading and a PyTorch collective's host call too: ``_host_work``) and every rank's framework gaps
     times ``factor``; the collectives as measured,
     and a GPU's kernels and the gaps between them too (the profiler's cost is the host's: CUPTI's per-launch
     callbacks; one NCCL rank's profiled steps ran 66-73 ms against 50 unprofiled while its kernels were the GPU's).
@@ -434,9 +436,10 @@ def host_work_us(g: Graph) -> float:
 
 
 def _host_work(g: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Per node: on a host (its gaps are host time), and host work the recording slows (``_CORRECTED``)."""
+    """Per node: on a host (its gaps are host time), and host work the recording slows (``_CORRECTED``; a PyTorch
+    collective's host call too)."""
     host = (g.rank >= 0) & ~on_accelerator(g)
-    return host, host & np.isin(g.kind, [int(k) for k in _CORRECTED])
+    return host, host & np.isin(g.kind, [int(k) for k in (_CORRECTED_TORCH if g.meta.framework is None else _CORRECTED)])
 
 
 def on_accelerator(g: Graph) -> np.ndarray:
