@@ -14,6 +14,7 @@ from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
+from ..traces.profiling_mark import INCOMPLETE, mark
 from ..traces.rank_warnings import merge_rank_warnings
 from ..traces.run_schema import REPLICATE_API
 from ..traces.steps import DEFAULT_STEPS, iteration_us
@@ -36,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ..collect.jobs.launch import Bootstrap, launch
+    from ..collect.jobs.launch import Bootstrap
     from ..traces.load import load
     from ..traces.run_schema import MANIFEST
 
@@ -48,10 +49,11 @@ def run(args: argparse.Namespace) -> dict:
         return _run_mxnet_ps(args, cmd)
     out = os.path.abspath(args.out)
     check_output_folder(out)  # the ranks write into it as they go: checked, not staged
+    created = not os.path.exists(out)
     os.makedirs(out, exist_ok=True)
     for old in _earlier_profile(out):
         shutil.rmtree(old) if os.path.isdir(old) else os.unlink(old)
-    code = launch(cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
+    code = _launch_marked(out, created, cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
     if not os.path.exists(os.path.join(out, MANIFEST)) and code != 0:  # a usage error, a crash: not a model dagprof missed
         raise DagprofError(f"the command exited with status {code} before any rank wrote a profile; its own output above says why", out)
     own = sorted(glob.glob(os.path.join(out, OWN_CALLS.format(rank="*"))))
@@ -86,6 +88,41 @@ def run(args: argparse.Namespace) -> dict:
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp, "ddp_api": run_.ranks[0].meta.ddp_api,
             "fsdp": run_.meta.fsdp,
             "horovod": run_.meta.horovod is not None, "ranks": ranks, "warnings": warnings, "warnings_per_rank": per_rank}
+
+
+def _launch_marked(out: str, created: bool, cmd: list[str], bootstrap) -> int:
+    """``launch`` with ``profiling_mark``'s mark in ``out`` while the job runs: removed when it ends, or when a signal
+    stopped it after its ranks wrote their whole window; else left (the readers then refuse the folder as an incomplete
+    profile). A folder this run created that holds nothing else is removed, as a failed command creates no empty folder."""
+    from ..collect.jobs.launch import launch
+
+    path = mark(out, cmd)
+    whole = True
+    try:
+        return launch(cmd, bootstrap)
+    except KeyboardInterrupt:
+        whole = _read_whole(out, path)
+        raise
+    finally:
+        if whole:
+            os.unlink(path)
+        if created and set(os.listdir(out)) <= {INCOMPLETE}:
+            shutil.rmtree(out)
+
+
+def _read_whole(out: str, path: str) -> bool:
+    """Whether the folder reads as a whole profile without the mark (put back where it does not)."""
+    from ..traces.load import load
+
+    aside = path + ".reading"
+    os.replace(path, aside)
+    try:
+        load(out)
+        return True
+    except DagprofError:
+        return False
+    finally:
+        os.replace(aside, path)
 
 
 def _mxnet_ps_arg(text: str) -> dict[str, int]:
@@ -125,6 +162,7 @@ def _earlier_profile(folder: str) -> list[str]:
     from ..traces.run_schema import MANIFEST, RANK_FORMAT, STEPS_HEAD
 
     ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
+    ours += glob.glob(os.path.join(folder, INCOMPLETE))  # a stopped profile's mark
     ours += glob.glob(os.path.join(folder, OWN_CALLS.format(rank="*")))
     ours += [d for d in glob.glob(os.path.join(folder, "rank*.steps")) if os.path.exists(os.path.join(d, STEPS_HEAD))]
     for path in glob.glob(os.path.join(folder, "rank*.json")):
