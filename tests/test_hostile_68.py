@@ -85,7 +85,7 @@ def _profile_stopped(out: Path, steps: str, ready, sig: int = signal.SIGTERM) ->
     while not ready(out) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert p.poll() is None, p.communicate()[0]
-    p.send_signal(sig)
+    os.killpg(p.pid, sig) if sig == signal.SIGKILL else p.send_signal(sig)
     text = p.communicate(timeout=120)[0]
     return p.returncode, text
 
@@ -98,9 +98,21 @@ def test_profile_stopped_before_anything_was_written_leaves_no_folder(tmp_path):
 
 
 def test_profile_stopped_inside_its_window_is_refused_as_incomplete(tmp_path, capsys):
+    """The ranks' own records say which steps the stop cut (the mark is tidied away: it would hide them)."""
     out = tmp_path / "run"
     rc, _ = _profile_stopped(out, "2:1900", lambda o: (o / "manifest.json").exists(), signal.SIGINT)
-    assert rc == 130 and (out / INCOMPLETE).exists() and not _job_processes(out)
+    assert rc == 130 and not (out / INCOMPLETE).exists() and not _job_processes(out)
+    assert main(["analyze", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{out}: incomplete profile: rank " in err and "--allow-missing-ranks" in err, err
+
+
+def test_profile_killed_before_its_window_is_refused_as_incomplete(tmp_path, capsys):
+    """SIGKILL to the whole job (``timeout -s KILL``, the out-of-memory killer): nothing can tidy, the mark stays, and
+    every reader refuses the folder in one line (on the old src: an empty folder read as "no torch.profiler traces")."""
+    out = tmp_path / "run"
+    rc, _ = _profile_stopped(out, "2:4", lambda o: (o / INCOMPLETE).exists(), signal.SIGKILL)
+    assert rc == -signal.SIGKILL and os.listdir(out) == [INCOMPLETE]
     for argv in (["analyze", str(out)], ["sgd", str(out)], ["whatif", str(out), "--bandwidth", "1Gbit", "--no-trace"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()

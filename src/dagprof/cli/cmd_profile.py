@@ -91,38 +91,25 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _launch_marked(out: str, created: bool, cmd: list[str], bootstrap) -> int:
-    """``launch`` with ``profiling_mark``'s mark in ``out`` while the job runs: removed when it ends, or when a signal
-    stopped it after its ranks wrote their whole window; else left (the readers then refuse the folder as an incomplete
-    profile). A folder this run created that holds nothing else is removed, as a failed command creates no empty folder."""
+    """``launch`` with ``profiling_mark``'s mark in ``out`` while the job runs, removed when it ends, or when a signal
+    stops it after the ranks began writing (their own records then say which steps a stop cut); left only where this
+    process dies without a word (SIGKILL, the out-of-memory killer). A folder this run created that holds nothing else
+    is removed, as a failed command creates no empty folder."""
     from ..collect.jobs.launch import launch
+    from ..traces.run_schema import MANIFEST
 
     path = mark(out, cmd)
-    whole = True
+    stopped = False
     try:
         return launch(cmd, bootstrap)
     except KeyboardInterrupt:
-        whole = _read_whole(out, path)
+        stopped = True
         raise
     finally:
-        if whole:
+        if not stopped or os.path.exists(os.path.join(out, MANIFEST)):
             os.unlink(path)
         if created and set(os.listdir(out)) <= {INCOMPLETE}:
             shutil.rmtree(out)
-
-
-def _read_whole(out: str, path: str) -> bool:
-    """Whether the folder reads as a whole profile without the mark (put back where it does not)."""
-    from ..traces.load import load
-
-    aside = path + ".reading"
-    os.replace(path, aside)
-    try:
-        load(out)
-        return True
-    except DagprofError:
-        return False
-    finally:
-        os.replace(aside, path)
 
 
 def _mxnet_ps_arg(text: str) -> dict[str, int]:

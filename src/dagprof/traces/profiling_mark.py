@@ -1,8 +1,9 @@
 """The mark ``dagprof profile`` leaves in a run folder while its job runs.
 
-Written before the job starts and removed when it ends, so a folder still holding it was left by a profile that was
-stopped (a signal, a kill, a machine that went down) or is still running: whatever its ranks wrote by then is no
-profile of the job, and every reader refuses it in one line rather than reading the files that happen to be there.
+Written before the job starts and removed when it ends, so a folder still holding it and no ``manifest.json`` was left
+by a profile killed before any rank began its window (SIGKILL, the out-of-memory killer, a machine that went down),
+or one still starting: every reader refuses it in one line rather than as an empty or foreign folder. Once the ranks
+wrote the manifest, their own records say which steps a stop cut (``completeness``), and the mark is not read.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import time
 
 from ..errors import DagprofError
+from .run_schema import MANIFEST
 
 INCOMPLETE = "profile-incomplete.json"
 
@@ -24,14 +26,15 @@ def mark(folder: str, cmd: list[str]) -> str:
 
 
 def require_finished(folder: str) -> None:
-    """Refuse a folder a profile left its mark in, naming when it started (a damaged mark refuses alike)."""
+    """Refuse a folder a profile left its mark in before any rank wrote the manifest, naming when it started (a damaged
+    mark refuses alike)."""
     path = os.path.join(folder, INCOMPLETE)
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or os.path.exists(os.path.join(folder, MANIFEST)):
         return
     try:
         with open(path) as f:
             started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(json.load(f)["started_unix_s"])))
     except (OSError, ValueError, TypeError, KeyError, OverflowError):
         started = "at an unknown time"
-    raise DagprofError(f"incomplete profile: the dagprof profile started {started} was stopped before its job ended (or is "
-                       f"still running; {INCOMPLETE} says so): profile the job again", folder)
+    raise DagprofError(f"incomplete profile: the dagprof profile started {started} ended before any rank wrote its profile "
+                       f"(killed, or still starting; {INCOMPLETE} says so): profile the job again", folder)
