@@ -53,6 +53,15 @@ def test_iter_us_without_workers_is_refused_naming_the_file(tmp_path, capsys):
     assert rc == 2 and "layers.csv: iter_us= needs workers=" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("iter_us, workers, said", [(0, ", workers=4", "iter_us=0"), (0, ", workers=1", "iter_us=0"),
+                                                     (20000, ", workers=0", "workers=0")])
+def test_no_time_or_no_workers_is_refused_naming_the_file(tmp_path, capsys, iter_us, workers, said):
+    """An iteration of 0 us on 4 workers was an internal error (the gap divided by it), on 1 worker a refusal naming no
+    file; 0 workers read as a count."""
+    rc, err = _sgd(tmp_path, capsys, iter_us, workers, "--workers", "1,4", "--net", "10gbe")
+    assert rc == 2 and f"layers.csv: {said}: a measured " in err and len(err.strip().splitlines()) == 1
+
+
 def test_iter_us_on_one_worker_overridden_by_the_flag_is_said(tmp_path, capsys):
     rc, r = _sgd(tmp_path, capsys, 20000, ", workers=1", "--workers", "1,4", "--iter-time-1", "0.018", "--net", "10gbe")
     assert rc == 0 and r["iter_time_1_s"] == pytest.approx(0.018)
@@ -125,6 +134,12 @@ def test_profile_stopped_after_its_window_keeps_the_profile(tmp_path, capsys):
     assert rc == 130 and not (out / INCOMPLETE).exists()
     assert main(["analyze", "--json", str(out)]) == 0
     assert len(json.loads(capsys.readouterr().out)["per_rank"]) == 2
+
+
+def test_a_damaged_mark_refuses_alike(tmp_path, capsys):
+    (tmp_path / INCOMPLETE).write_bytes(b"\x00garbage")
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "incomplete profile: the dagprof profile started at an unknown time" in capsys.readouterr().err
 
 
 def test_a_new_profile_replaces_a_stopped_ones_mark(tmp_path, capsys):

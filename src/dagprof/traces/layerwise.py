@@ -169,6 +169,9 @@ def read_layer_csv(path: str | os.PathLike[str]) -> LayerProfile:
     iter_us = scalars.pop("iter_us", None)
     if iter_us is not None and workers is None:  # read as nothing before: neither the anchor (1 worker) nor a check
         raise DagprofError("iter_us= needs workers= (the worker count it was measured on) in the same file", path)
+    if workers == 0 or iter_us == 0:  # a count of no workers, an iteration of no time: nothing measured them
+        raise DagprofError(f"{'workers' if workers == 0 else 'iter_us'}=0: a measured " +
+                           ("worker count is at least 1" if workers == 0 else "iteration takes time"), path)
     forward, backward = column("forward_us"), column("backward_us")
     if not backward.any() and (forward is None or not forward.any()) and not any(scalars.values()):
         raise DagprofError(f"every layer's forward and backward time is 0 (lines {rows[0][0]}-{rows[-1][0]}), and no io, h2d or "
