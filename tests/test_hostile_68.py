@@ -147,3 +147,24 @@ def test_a_new_profile_replaces_a_stopped_ones_mark(tmp_path, capsys):
     assert main(["profile", "-o", str(tmp_path), "--", sys.executable, "-c", "pass"]) == 2
     assert "no rank wrote a profile" in capsys.readouterr().err and not (tmp_path / INCOMPLETE).exists()
     assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- bench/damage_67.py's sweep, finished
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_profiled_bandwidth_its_collectives_outran_is_refused_without_a_per_byte_fit(capsys):
+    """The HSDP transformer's 17.7 MB a step moved at least 12.7x a 10 Mbit/s wire; its fit shows no time per byte, so
+    the fit's own check never ran and a 1 Gbit/s what-if was answered with exit 0."""
+    argv = ["whatif", str(DATA / "fsdp/hsdp-tf"), "--profiled-bandwidth", "10Mbit", "--bandwidth", "1Gbit", "--no-trace"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--profiled-bandwidth 10Mbit: the 127 collectives (17.7 MB) moved their bytes at least 12.7 times that rate" in err
+
+
+def test_an_empty_step_marker_and_a_missing_command_are_said(tmp_path, capsys):
+    assert main(["analyze", str(DATA / "ddp-fresh/gat-log-1g"), "--step-marker", ""]) == 2  # was read as none, exit 0
+    assert "argument --step-marker: an annotation's name is needed" in capsys.readouterr().err
+    assert main(["profile", "-o", str(tmp_path / "p")]) == 2
+    assert f"{tmp_path / 'p'}: no command to profile" in capsys.readouterr().err and not (tmp_path / "p").exists()

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> dict:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py")
+        raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py",
+                           args.out)
     steps = args.steps
     if args.mxnet_ps is not None:
         return _run_mxnet_ps(args, cmd)
