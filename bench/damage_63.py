@@ -448,27 +448,46 @@ def compare(before: list[dict], after: list[dict]) -> None:
         print(f"{name}: {len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}; {classes}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="/tmp/badinput63/cases")
-    ap.add_argument("--kinds", default=",".join(k.name for k in KINDS))
-    ap.add_argument("--damages", default=",".join([*GENERIC, *NEW, *FLAGS]))
+def sweep_parser(doc: str, out: str, kinds: list[str], damages: list[str]) -> argparse.ArgumentParser:
+    """The options every damage file's sweep takes (a file adds its own): its first docstring line, cases folder, kinds
+    and damages by default."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--kinds", default=",".join(kinds))
+    ap.add_argument("--damages", default=",".join(damages))
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--src", default=str(di.REPO / "src"))
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
-    a = ap.parse_args()
+    return ap
+
+
+def sweep_main(a: argparse.Namespace, kinds, make=make_case, judged=lambda row: row) -> int:
+    """The tail every damage file's ``main`` shares: ``--compare``'s two row files judged by ``judged``, else the sweep of
+    ``a.kinds`` among ``kinds()`` (called only then: a kind may be made at run time) by ``make`` on ``a.src``."""
     if a.compare:
-        compare(*(json.loads(Path(p).read_text()) for p in a.compare))
+        compare(*([judged(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
         return 0
     os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
     sys.path.insert(0, a.src)
     import dagprof.cli.main  # noqa: F401  (imported once, before forking)
     names = a.kinds.split(",")
-    rows = sweep([k for k in KINDS if k.name in names], a.damages.split(","), Path(a.out), a.timeout, a.json_out)
+    chosen = [k for k in kinds() if k.name in names]
+    return report_rows([judged(r) for r in sweep(chosen, a.damages.split(","), Path(a.out), a.timeout, a.json_out, make=make)], a.json_out)
+
+
+def report_rows(rows: list[dict], json_out: str | None) -> int:
+    """The judged rows written to ``--json`` (over the sweep's unjudged ones) and counted by class."""
+    if json_out:
+        Path(json_out).write_text(json.dumps(rows, indent=1))
     counts = {c: sum(r["class"] == c for r in rows) for c in sorted({r["class"] for r in rows})}
     print(f"{len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}: {counts}")
     return 0
+
+
+def main() -> int:
+    a = sweep_parser(__doc__, "/tmp/badinput63/cases", [k.name for k in KINDS], [*GENERIC, *NEW, *FLAGS]).parse_args()
+    return sweep_main(a, lambda: KINDS)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ or not timed); wrong flags on every command (``--data-parallel ddp`` on several 
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -277,30 +275,11 @@ def register() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="/tmp/damage64/cases")
-    ap.add_argument("--kinds", default=",".join([*(k.name for k in KINDS), "a2c-roots", "gan-roots", STACK]))
-    ap.add_argument("--damages", default=",".join([*GENERIC, *NEW, *FLAGS]))
-    ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--src", default=str(di.REPO / "src"))
-    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
-    a = ap.parse_args()
+    a = d63.sweep_parser(__doc__, "/tmp/damage64/cases", [*(k.name for k in KINDS), "a2c-roots", "gan-roots", STACK],
+                         [*GENERIC, *NEW, *FLAGS]).parse_args()
     register()
-    if a.compare:
-        d63.compare(*([problem_named(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
-        return 0
-    os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
-    sys.path.insert(0, a.src)
-    import dagprof.cli.main  # noqa: F401  (imported once, before forking)
-    names = a.kinds.split(",")
-    kinds = [k for k in [*KINDS, *d63.KINDS] if k.name in names]
-    if STACK in names:
-        kinds.append(_with_stack(Path(a.out)))
-    rows = [problem_named(r) for r in d63.sweep(kinds, a.damages.split(","), Path(a.out), a.timeout, a.json_out, make=make_case)]
-    counts = {c: sum(r["class"] == c for r in rows) for c in sorted({r["class"] for r in rows})}
-    print(f"{len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}: {counts}")
-    return 0
+    every = lambda: [*KINDS, *d63.KINDS, *([_with_stack(Path(a.out))] if STACK in a.kinds.split(",") else [])]  # noqa: E731
+    return d63.sweep_main(a, every, make_case, problem_named)
 
 
 if __name__ == "__main__":

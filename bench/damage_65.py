@@ -19,7 +19,6 @@ roots with a wrong memory budget, ``optimize --verify`` and what-ifs beyond the 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -300,34 +299,14 @@ def main() -> int:
     if sys.argv[1:2] == ["--apply-all"]:
         apply_all(sys.argv[2], sys.argv[3:])
         return 0
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="/tmp/damage65/cases")
-    ap.add_argument("--kinds", default=",".join([*(k.name for k in KINDS), *ROOTS]))
-    ap.add_argument("--damages", default=",".join([*GENERIC, *NEW, *FLAGS]))
-    ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--src", default=str(di.REPO / "src"))
+    ap = d63.sweep_parser(__doc__, "/tmp/damage65/cases", [*(k.name for k in KINDS), *ROOTS], [*GENERIC, *NEW, *FLAGS])
     ap.add_argument("--apply", metavar="SCRIPTS", help="gan,a2c: their strategies given to dagprof.apply instead of the CLI sweep")
-    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     a = ap.parse_args()
     register()
-    if a.compare:
-        d63.compare(*([d64.problem_named(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
-        return 0
-    os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
-    if a.apply:
-        rows = apply_sweep(Path(a.out) / "apply", a.src, a.timeout, a.apply.split(","))
-    else:
-        sys.path.insert(0, a.src)
-        import dagprof.cli.main  # noqa: F401  (imported once, before forking)
-        names = a.kinds.split(",")
-        kinds = [k for k in [*KINDS, *d63.KINDS] if k.name in names]
-        rows = [d64.problem_named(r) for r in d63.sweep(kinds, a.damages.split(","), Path(a.out), a.timeout, a.json_out, make=make_case)]
-    if a.json_out:
-        Path(a.json_out).write_text(json.dumps(rows, indent=1))
-    counts = {c: sum(r["class"] == c for r in rows) for c in sorted({r["class"] for r in rows})}
-    print(f"{len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}: {counts}")
-    return 0
+    if a.apply and not a.compare:
+        os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
+        return d63.report_rows(apply_sweep(Path(a.out) / "apply", a.src, a.timeout, a.apply.split(",")), a.json_out)
+    return d63.sweep_main(a, lambda: [*KINDS, *d63.KINDS], make_case, d64.problem_named)
 
 
 if __name__ == "__main__":

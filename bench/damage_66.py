@@ -19,9 +19,6 @@ non-FSDP jobs, ``optimize`` with PowerSGD and no calibration, ``--cores`` on DDP
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -276,30 +273,9 @@ def register() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="/tmp/damage66/cases")
-    ap.add_argument("--kinds", default=",".join(k.name for k in KINDS))
-    ap.add_argument("--damages", default=",".join([*GENERIC, *NEW, *FLAGS]))
-    ap.add_argument("--timeout", type=float, default=120)
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--src", default=str(di.REPO / "src"))
-    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
-    a = ap.parse_args()
+    a = d63.sweep_parser(__doc__, "/tmp/damage66/cases", [k.name for k in KINDS], [*GENERIC, *NEW, *FLAGS]).parse_args()
     register()
-    if a.compare:
-        d63.compare(*([judged(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
-        return 0
-    os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
-    sys.path.insert(0, a.src)
-    import dagprof.cli.main  # noqa: F401  (imported once, before forking)
-    names = a.kinds.split(",")
-    kinds = [k for k in [*KINDS, *d65.KINDS, *d63.KINDS] if k.name in names]
-    rows = [judged(r) for r in d63.sweep(kinds, a.damages.split(","), Path(a.out), a.timeout, a.json_out, make=make_case)]
-    if a.json_out:
-        Path(a.json_out).write_text(json.dumps(rows, indent=1))
-    counts = {c: sum(r["class"] == c for r in rows) for c in sorted({r["class"] for r in rows})}
-    print(f"{len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}: {counts}")
-    return 0
+    return d63.sweep_main(a, lambda: [*KINDS, *d65.KINDS, *d63.KINDS], make_case, judged)
 
 
 if __name__ == "__main__":

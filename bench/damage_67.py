@@ -18,11 +18,9 @@ emptied, gzip'd, of another machine or other shapes, of a newer layout, NaN/nega
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import gzip
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -336,36 +334,16 @@ def register(files: Path, json_only: bool = False) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="/tmp/damage67/cases")
-    ap.add_argument("--kinds", default="gat-log,gat-kin,dqn-loaded,clip-late,clip-xplane,hsdp-tf,glow,codec,cli")
-    ap.add_argument("--damages", default=",".join([*RANK, *THREAD, *FLAGS]))
+    ap = d63.sweep_parser(__doc__, "/tmp/damage67/cases", ["gat-log", "gat-kin", "dqn-loaded", "clip-late", "clip-xplane", "hsdp-tf",
+                                                           "glow", "codec", "cli"], [*RANK, *THREAD, *FLAGS])
     ap.add_argument("--glow", help="a dagprof profile of bench/fsdp_fresh/hsdp_glow.py --shard 2 (2 ranks)")
-    ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--json-only", action="store_true", help="each command with --json only")
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--src", default=str(di.REPO / "src"))
-    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     a = ap.parse_args()
-    root = Path(a.out)
-    files = root / "files"
+    files = Path(a.out) / "files"
     register(files, a.json_only)
-    if a.compare:
-        d63.compare(*([judged(r) for r in json.loads(Path(p).read_text())] for p in a.compare))
-        return 0
-    bad_files(root)
-    os.environ.setdefault("DAGPROF_CACHE_DIR", str(root.parent / "cache"))
-    sys.path.insert(0, a.src)
-    import dagprof.cli.main  # noqa: F401  (imported once, before forking)
-    names = a.kinds.split(",")
-    chosen = [k for k in kinds(a.glow) if k.name in names]
-    rows = [judged(r) for r in d63.sweep(chosen, a.damages.split(","), root, a.timeout, a.json_out,
-                                         make=lambda k, d, r: make_case(k, d, r, files))]
-    if a.json_out:
-        Path(a.json_out).write_text(json.dumps(rows, indent=1))
-    counts = {c: sum(r["class"] == c for r in rows) for c in sorted({r["class"] for r in rows})}
-    print(f"{len(rows)} runs, bad {sum(r['verdict'] == 'bad' for r in rows)}: {counts}")
-    return 0
+    if not a.compare:
+        bad_files(Path(a.out))
+    return d63.sweep_main(a, lambda: kinds(a.glow), lambda k, d, r: make_case(k, d, r, files), judged)
 
 
 if __name__ == "__main__":

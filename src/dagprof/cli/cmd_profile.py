@@ -14,6 +14,7 @@ from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
+from ..traces.profiling_mark import INCOMPLETE, mark
 from ..traces.rank_warnings import merge_rank_warnings
 from ..traces.run_schema import REPLICATE_API
 from ..traces.steps import DEFAULT_STEPS, iteration_us
@@ -36,22 +37,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ..collect.jobs.launch import Bootstrap, launch
+    from ..collect.jobs.launch import Bootstrap
     from ..traces.load import load
     from ..traces.run_schema import MANIFEST
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py")
+        raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py",
+                           args.out)
     steps = args.steps
     if args.mxnet_ps is not None:
         return _run_mxnet_ps(args, cmd)
     out = os.path.abspath(args.out)
     check_output_folder(out)  # the ranks write into it as they go: checked, not staged
+    created = not os.path.exists(out)
     os.makedirs(out, exist_ok=True)
     for old in _earlier_profile(out):
         shutil.rmtree(old) if os.path.isdir(old) else os.unlink(old)
-    code = launch(cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
+    code = _launch_marked(out, created, cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
     if not os.path.exists(os.path.join(out, MANIFEST)) and code != 0:  # a usage error, a crash: not a model dagprof missed
         raise DagprofError(f"the command exited with status {code} before any rank wrote a profile; its own output above says why", out)
     own = sorted(glob.glob(os.path.join(out, OWN_CALLS.format(rank="*"))))
@@ -86,6 +89,28 @@ def run(args: argparse.Namespace) -> dict:
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp, "ddp_api": run_.ranks[0].meta.ddp_api,
             "fsdp": run_.meta.fsdp,
             "horovod": run_.meta.horovod is not None, "ranks": ranks, "warnings": warnings, "warnings_per_rank": per_rank}
+
+
+def _launch_marked(out: str, created: bool, cmd: list[str], bootstrap) -> int:
+    """``launch`` with ``profiling_mark``'s mark in ``out`` while the job runs, removed when it ends, or when a signal
+    stops it after the ranks began writing (their own records then say which steps a stop cut); left only where this
+    process dies without a word (SIGKILL, the out-of-memory killer). A folder this run created that holds nothing else
+    is removed, as a failed command creates no empty folder."""
+    from ..collect.jobs.launch import launch
+    from ..traces.run_schema import MANIFEST
+
+    path = mark(out, cmd)
+    stopped = False
+    try:
+        return launch(cmd, bootstrap)
+    except KeyboardInterrupt:
+        stopped = True
+        raise
+    finally:
+        if not stopped or os.path.exists(os.path.join(out, MANIFEST)):
+            os.unlink(path)
+        if created and set(os.listdir(out)) <= {INCOMPLETE}:
+            shutil.rmtree(out)
 
 
 def _mxnet_ps_arg(text: str) -> dict[str, int]:
@@ -125,6 +150,7 @@ def _earlier_profile(folder: str) -> list[str]:
     from ..traces.run_schema import MANIFEST, RANK_FORMAT, STEPS_HEAD
 
     ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
+    ours += glob.glob(os.path.join(folder, INCOMPLETE))  # a stopped profile's mark
     ours += glob.glob(os.path.join(folder, OWN_CALLS.format(rank="*")))
     ours += [d for d in glob.glob(os.path.join(folder, "rank*.steps")) if os.path.exists(os.path.join(d, STEPS_HEAD))]
     for path in glob.glob(os.path.join(folder, "rank*.json")):

@@ -9,7 +9,7 @@ from ..fsutil import atomic_open
 from ..replay import replay
 from ..report.svg import speedup_chart
 from ..report.timeline import write_replay_trace
-from ..sgd import Policy, ScalingRow, anchor_single_worker, build_sgd_graph, comm_model, make_schedule, predict
+from ..sgd import Policy, ScalingRow, anchor_single_worker, build_sgd_graph, comm_model, make_schedule, measured_iteration_note, predict
 from ..traces.layerwise import read_layer_file
 from ..units import MB, count
 from .common import MAX_WORKERS, add_out_argument, comma_list, finite_positive, outputs, worker_count
@@ -76,6 +76,7 @@ def _predict(args, folder: str | None) -> dict:
         raise DagprofError("--jitter needs per-step layer times: give a dagprof run folder", profile.source)
     scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay, jitter_samples=args.jitter,
                       contention=not args.no_contention)
+    notes += filter(None, [measured_iteration_note(profile, scaling.rows, iter_1)])
     contention = {n: comm.contention_at(n) for n in scaling.workers if comm.contention_at(n) is not None}
     if contention and not args.no_contention:
         notes += [f"on {n} workers: {c.describe()}; the DAG replayed until both agree (no closed form)" for n, c in contention.items()]

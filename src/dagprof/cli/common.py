@@ -36,7 +36,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=steps_arg, default=None, metavar="A:B",
                    help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has, less the "
                         "iterations that hold a long time between two steps, an evaluation's compile: said in a warning)")
-    p.add_argument("--step-marker", metavar="NAME", default=None,
+    p.add_argument("--step-marker", type=_marker_name, metavar="NAME", default=None,
                    help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
     add_input_limit(p)
     p.add_argument("--allow-missing-ranks", action="store_true",
@@ -147,3 +147,10 @@ def shown(path: str) -> str:
 
 def warning_lines(r: dict) -> list[str]:
     return [f"warning: {w}" for w in r.get("warnings", [])]
+
+
+def _marker_name(text: str) -> str:
+    """An annotation's name: an empty one names none (it was taken and ignored on a run with ProfilerSteps)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an annotation's name is needed, got an empty one")
+    return text

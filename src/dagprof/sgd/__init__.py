@@ -3,7 +3,7 @@ from .closed import Prediction, closed_form, wfbp_tau
 from .comm import CommModel, comm_model, link_from_text
 from .contention import Contention, contended_replay
 from .dag import build_sgd_graph, replay_schedule
-from .predict import Scaling, ScalingRow, anchor, anchor_single_worker, predict
+from .predict import Scaling, ScalingRow, anchor, anchor_single_worker, measured_iteration_note, predict
 from .schedule import Policy, Schedule, make_schedule, merge_groups
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "contended_replay",
     "link_from_text",
     "make_schedule",
+    "measured_iteration_note",
     "merge_groups",
     "predict",
     "replay_schedule",

@@ -1,12 +1,14 @@
 """Scaling predictions over worker counts and policies, anchored on a measured single-worker iteration."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..errors import DagprofError
 from ..traces.layerwise import LayerProfile
+from ..units import count
 from .closed import Prediction, closed_form
 from .comm import CommModel
 from .dag import replay_jitter, replay_schedule
@@ -14,6 +16,7 @@ from .schedule import Policy, make_schedule
 
 PROFILER_SHARE = 0.10  # a profile's compute may exceed the unprofiled single-worker iteration by this share: the profiler's
 # own cost (the S-SGD testbed's quiet 1-rank steps ran 0.4 % under their profiled compute; dagprof's hooks cost a few %)
+ITER_GAP_PCT = 2.0  # a measured iteration beyond one worker this close to the model's goes unsaid (whatif's model tolerance)
 
 
 def anchor(profile: LayerProfile, iter_time_1_us: float) -> LayerProfile:
@@ -60,6 +63,25 @@ def anchor_single_worker(profile: LayerProfile, iter_time_1_us: float | None, no
     profile = anchor(profile, iter_1)
     notes.append(profile.meta.anchored)
     return profile, iter_1
+
+
+def measured_iteration_note(profile: LayerProfile, rows: list[ScalingRow], iter_1: float | None) -> str | None:
+    """What became of the profile's own measured iteration (``iter_us`` at ``workers``) where nothing else says it:
+    overridden by another single-worker anchor, or, beyond one worker, compared with the model's row there (the rows
+    stay the layer times'; a gap over ``ITER_GAP_PCT`` said, as ``whatif`` says its model's)."""
+    if profile.iter_us is None or profile.workers is None:
+        return None
+    given = f"{os.path.basename(profile.source)}'s iter_us {profile.iter_us / 1e3:.2f} ms measured on {count(profile.workers, 'worker')}"
+    if profile.workers == 1:
+        return None if iter_1 == profile.iter_us else f"{given} not used: --iter-time-1 {iter_1 / 1e3:.2f} ms anchors the layers"
+    row = next((r for r in rows if r.workers == profile.workers), None)
+    if row is None:
+        return f"{given} not compared: {profile.workers} is not among --workers"
+    gap = 100.0 * (row.iter_us - profile.iter_us) / profile.iter_us
+    if abs(gap) <= ITER_GAP_PCT:
+        return None
+    return (f"{given}, the layer times model {row.iter_us / 1e3:.2f} ms there ({gap:+.1f} %): the rows are the layer times', "
+            "iter_us only checks them")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from . import formats
 from .completeness import require_complete
 from .dagprof_run import read_run
 from .events import Kind, Run
+from .profiling_mark import require_finished
 from .steps import iteration_us
 
 
@@ -166,6 +167,11 @@ def read_layer_csv(path: str | os.PathLike[str]) -> LayerProfile:
 
     workers = scalars.pop("workers", None)
     iter_us = scalars.pop("iter_us", None)
+    if iter_us is not None and workers is None:  # read as nothing before: neither the anchor (1 worker) nor a check
+        raise DagprofError("iter_us= needs workers= (the worker count it was measured on) in the same file", path)
+    if workers == 0 or iter_us == 0:  # a count of no workers, an iteration of no time: nothing measured them
+        raise DagprofError(f"{'workers' if workers == 0 else 'iter_us'}=0: a measured " +
+                           ("worker count is at least 1" if workers == 0 else "iteration takes time"), path)
     forward, backward = column("forward_us"), column("backward_us")
     if not backward.any() and (forward is None or not forward.any()) and not any(scalars.values()):
         raise DagprofError(f"every layer's forward and backward time is 0 (lines {rows[0][0]}-{rows[-1][0]}), and no io, h2d or "
@@ -384,6 +390,7 @@ def read_layer_file(path: str | os.PathLike[str]) -> LayerProfile:
     """A dagprof run folder, a B-Caffe log (any file with 'distributed.cpp:' lines) or a layer CSV."""
     path = os.fspath(path)
     if os.path.isdir(path):
+        require_finished(path)
         return layer_profile_from_run(require_complete(read_run(path)))
     if not os.path.exists(path):
         raise missing(path, "file")

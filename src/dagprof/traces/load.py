@@ -15,6 +15,7 @@ from .completeness import lone_rank, require_complete
 from .events import Run
 from .horovod import OWN_CALLS
 from .kineto_dir import read_cached, read_trace_dir
+from .profiling_mark import require_finished
 from .run_schema import MANIFEST
 
 
@@ -27,6 +28,8 @@ def load(path: str | os.PathLike[str], allow_missing_ranks: bool = False) -> Run
 def _read(p: str) -> Run:
     if not os.path.exists(p):
         raise missing(p)
+    if os.path.isdir(p):
+        require_finished(p)
     fmt = formats.sniff(p)
     if fmt is not None:
         return formats.read(p, fmt)

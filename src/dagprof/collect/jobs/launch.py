@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 
 from ...errors import DagprofError
@@ -20,6 +22,7 @@ from ..deploy.autoapply import ENV_STRATEGY, ENV_TIMES
 from ..hooks.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
 from .netns import Cluster, run_ranks
 
+STOP_GRACE_S = 15.0  # torchrun's agent waits on its ranks' exits after passing a SIGTERM on
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
 
@@ -71,11 +74,46 @@ def launch(cmd: list[str], bootstrap: Bootstrap | None, ranks: int | None = None
             os.makedirs(log_dir, exist_ok=True)
             out = {"stdout": stack.enter_context(open(log, "w")), "stderr": subprocess.STDOUT}
         try:
-            return subprocess.run(cmd, env={**os.environ, **env}, timeout=timeout_s, **out).returncode
+            job = subprocess.Popen(cmd, env={**os.environ, **env}, **out)
         except OSError as err:
             raise DagprofError(f"cannot start the command: {err.strerror or err}", cmd[0]) from None
+        try:
+            with _terminate_raises():
+                return job.wait(timeout_s)
         except subprocess.TimeoutExpired:
             raise DagprofError(f"the job ran past {timeout_s:.0f} s" + (f" (log {log})" if log else "")) from None
+        finally:
+            _stop(job)
+
+
+@contextlib.contextmanager
+def _terminate_raises():
+    """SIGTERM (``kill``, a batch system's time limit) raised as SIGINT is, so the job is stopped and the caller tidies
+    up rather than this process dying at once; the previous handler restored after (main thread only: signals go there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop(job: subprocess.Popen) -> None:
+    """The job still running asked to end (torchrun passes it on to its ranks), killed if it has not within
+    ``STOP_GRACE_S``, and reaped: no rank left writing into a run folder its caller then tidies."""
+    if job.poll() is None:
+        job.terminate()
+        try:
+            job.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
 
 
 def last_error_line(text: str) -> str:
