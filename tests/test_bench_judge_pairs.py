@@ -8,26 +8,27 @@ import os
 import subprocess
 import sys
 
-from testdata import DATA
+from testdata import DATA, cli_json
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "bench", "fsdp_fresh", "judge_pairs.py")
 SRC = os.path.join(os.path.dirname(__file__), "..", "src")
 
 
-def _whatif(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", *args, "--no-trace", "--allow-model-error", "--json"],
-                          capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=SRC))
-    return json.loads(done.stdout)
+def _whatif(capsys, *args: str) -> dict:
+    """``dagprof whatif`` in this process (the script runs it on the same src): no interpreter and import per call."""
+    rc, doc, err = cli_json(capsys, "whatif", *args, "--no-trace", "--allow-model-error", "--json")
+    assert rc == 0, err
+    return doc
 
 
-def test_the_lora_pairs_judged_as_whatif_predicts_them():
+def test_the_lora_pairs_judged_as_whatif_predicts_them(capsys):
     done = subprocess.run([sys.executable, SCRIPT, "--src", SRC, "--json", str(DATA / "lora")], capture_output=True, text=True, check=True)
     out = json.loads(done.stdout)
     assert [os.path.basename(r["ddp"]) for r in out["rows"]] == ["ddp-0", "ddp-1"]
     row = out["rows"][0]
-    job = _whatif(str(DATA / "lora" / "fsdp-0"))
+    job = _whatif(capsys, str(DATA / "lora" / "fsdp-0"))
     measured, unprofiled = job["measured_iter_ms"], job["profiler_cost"]["unprofiled_step_ms"]
-    scenario = _whatif(str(DATA / "lora" / "ddp-0"), "--data-parallel", "fsdp")["scenarios"][0]
+    scenario = _whatif(capsys, str(DATA / "lora" / "ddp-0"), "--data-parallel", "fsdp")["scenarios"][0]
     predicted = scenario["predicted_iter_ms"]
     assert row["measured_ms"] == measured and row["predicted_ms"] == predicted
     assert row["error_pct"] == 100.0 * (predicted / measured - 1.0)
@@ -47,7 +48,7 @@ def test_a_folder_without_pairs_is_refused_in_one_line(tmp_path):
     assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "no DDP:FSDP pair" in done.stderr
 
 
-def test_the_floor_holds_both_cells_against_the_later_unprofiled_jobs(tmp_path):
+def test_the_floor_holds_both_cells_against_the_later_unprofiled_jobs(tmp_path, capsys):
     """Where a round ran both configurations again unprofiled afterwards (``pairs_hold.sh``'s ``*.after.log``), the
     conversion's replayed median and the target's own profile replayed unchanged are both held against that later job;
     a pair without them keeps its rows as before."""
@@ -61,8 +62,8 @@ def test_the_floor_holds_both_cells_against_the_later_unprofiled_jobs(tmp_path):
                               capture_output=True, text=True, check=True)
         out = json.loads(done.stdout)
         row, bare = out["rows"]
-        converted = _whatif(str(tmp_path / "lora" / other), "--data-parallel", to)["scenarios"][0]["predicted_median_ms"]
-        same = _whatif(str(tmp_path / "lora" / target))["scenarios"][0]["predicted_median_ms"]
+        converted = _whatif(capsys, str(tmp_path / "lora" / other), "--data-parallel", to)["scenarios"][0]["predicted_median_ms"]
+        same = _whatif(capsys, str(tmp_path / "lora" / target))["scenarios"][0]["predicted_median_ms"]
         assert row["after_ms"] == after and row["identity_ms"] == same
         assert row["after_error_pct"] == 100.0 * (converted / after - 1.0)
         assert row["identity_error_pct"] == 100.0 * (same / after - 1.0)

@@ -2,8 +2,10 @@
 
 The base is the session's shared run of the tiny demo model (conftest); each variant is the same
 job with one change (bench/diff_workload.py): one layer's forward sleeps on every rank, or on
-rank 1 only (a straggler); an MLP is another training. The demo model itself is recorded with DDP's
-default 25 MB buckets and with 2 MB ones, as ``dagprof demo`` and its search would run it.
+rank 1 only (a straggler). Another training is a vendored real 2-rank gloo DDP profile of a DQN
+(tests/data/ddp-fresh/dqn-loaded): recording an MLP here cost a job and checked the same refusal.
+The demo model itself is recorded with DDP's default 25 MB buckets and with 2 MB ones, as
+``dagprof demo`` and its search would run it.
 The sleep (100 ms per step) is far above what a loaded 2-core machine adds to one op of this model,
 so the assertions hold for any valid recording; none bounds a time.
 """
@@ -21,6 +23,7 @@ pytest.importorskip("torch")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 from diff_workload import Variant, record  # noqa: E402
 from test_diff import check_books  # noqa: E402
+from testdata import DATA  # noqa: E402
 
 from dagprof.analysis.diff import diff_profiles  # noqa: E402
 from dagprof.cli.main import main  # noqa: E402
@@ -36,9 +39,9 @@ def runs(small_ddp_run, tmp_path_factory) -> dict[str, str]:
     variants = {
         "slow": Variant(slow_layer=LAYER, slow_ms=SLOW_MS),
         "straggler": Variant(slow_layer=LAYER, slow_ms=SLOW_MS, slow_rank=1),
-        "mlp": Variant(mlp=True),
     }
-    return {"base": small_ddp_run} | {k: record(v, tmp_path_factory.mktemp(k)) for k, v in variants.items()}
+    recorded = {k: record(v, tmp_path_factory.mktemp(k)) for k, v in variants.items()}
+    return {"base": small_ddp_run, "other": str(DATA / "ddp-fresh" / "dqn-loaded")} | recorded
 
 
 @pytest.fixture(scope="module")
@@ -112,22 +115,18 @@ def test_cli_terminal_json_and_report(runs, tmp_path, capsys):
 
 def test_cli_unrelated_trainings_one_line_error(runs, capsys):
     capsys.readouterr()
-    assert main(["diff", runs["base"], runs["mlp"], "--no-report"]) == 2
+    assert main(["diff", runs["base"], runs["other"], "--no-report"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not profiles of the same training" in err and "% of A's ops" in err
 
 
 def test_stock_torch_profiler_folders(tmp_path):
-    """Two runs of a plain torch.profiler job (no dagprof inside): trace folders diff like run folders."""
+    """Two runs of a plain torch.profiler job (no dagprof inside): trace folders diff like run folders. One is the
+    machine's kept recording of the job (``gloo_traces``, which the alignment tests use), the other recorded here."""
     import gloo_kineto
 
-    folders = []
-    for i in range(2):
-        out = tmp_path / f"k{i}"
-        out.mkdir()
-        gloo_kineto.record(str(out), "same")
-        folders.append(open_run(out))
-    d = diff_profiles(*folders)
+    gloo_kineto.record(str(tmp_path), "same")
+    d = diff_profiles(open_run(gloo_kineto.gloo_traces("same")), open_run(tmp_path))
     check_books(d)
     assert d.match.fraction_a > 0.9 and d.match.fraction_b > 0.9
     assert {p.label for p in d.attribution.parts} >= {"forward", "backward"}

@@ -7,7 +7,6 @@ A longer random campaign: ``DAGPROF_FUZZ_EXAMPLES=3000 pytest tests/test_fuzz_re
 """
 from __future__ import annotations
 
-import copy
 import gzip
 import json
 import os
@@ -40,18 +39,24 @@ SEEDS = {
     "cpu_only": KINETO_PUBLIC / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
     "array": KINETO_CORPUS / "kineto" / "tb_plugin_samples" / "resnet50_num_workers_0" / "worker0.pt.trace.json.gz",
 }
-_DOCS: dict[str, object] = {}
+_DOCS: dict[str, str] = {}
+
+
+def _copied(value):
+    """A deep copy of JSON content, parsed again from its text: as ``copy.deepcopy`` gives, several times faster (the
+    copies were half of this file's time)."""
+    return json.loads(json.dumps(value))
 
 
 def _doc(name: str):
-    """The seed as JSON (the large ones cut to their first 600 events: mutations need variety, not bulk)."""
+    """The seed as JSON (the large ones cut to their first 600 events: mutations need variety, not bulk), a fresh copy."""
     if name not in _DOCS:
         with gzip.open(SEEDS[name], "rt") as f:
             doc = json.load(f)
         events = doc["traceEvents"] if isinstance(doc, dict) else doc
         events[:] = events[:600]
-        _DOCS[name] = doc
-    return copy.deepcopy(_DOCS[name])
+        _DOCS[name] = json.dumps(doc)
+    return json.loads(_DOCS[name])
 
 
 # ------------------------------------------------------------------ values and mutations
@@ -104,11 +109,11 @@ def mutated_doc(draw, name: str):
                 elif what == "dims":
                     e.setdefault("args", {})["Input Dims"] = [[2] * 4] * n
                 else:
-                    events[i:i] = [copy.deepcopy(e) for _ in range(min(n, 20_000))]
+                    events[i:i] = [_copied(e) for _ in range(min(n, 20_000))]
             elif how == "drop":
                 del events[i]
             elif how == "dup":
-                events.insert(draw(st.integers(0, len(events))), copy.deepcopy(e))
+                events.insert(draw(st.integers(0, len(events))), _copied(e))
             else:
                 events[i] = draw(VALUES)
         elif how == "shuffle":
