@@ -168,3 +168,15 @@ def test_an_empty_step_marker_and_a_missing_command_are_said(tmp_path, capsys):
     assert "argument --step-marker: an annotation's name is needed" in capsys.readouterr().err
     assert main(["profile", "-o", str(tmp_path / "p")]) == 2
     assert f"{tmp_path / 'p'}: no command to profile" in capsys.readouterr().err and not (tmp_path / "p").exists()
+
+
+def test_input_dims_nested_past_numpys_dimensions_read_as_unrecorded():
+    """A damaged collective's ``Input Dims`` nesting lists past numpy's 64 dimensions (ci68's fuzzing drew one) read as
+    no tensor's dims, as other malformed shapes are, not a ValueError from ``np.prod``."""
+    from dagprof.traces.kineto_schema import _dims_elems
+
+    deep: list = [1]
+    for _ in range(70):
+        deep = [deep]
+    assert _dims_elems([[deep]]) == 0
+    assert _dims_elems([[[2, 3], [4]]]) == 10 and _dims_elems([[2, 3]]) == 6

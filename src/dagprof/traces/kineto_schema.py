@@ -308,11 +308,15 @@ def _dims_elems(dims: Any) -> int:
     if not isinstance(dims, list) or not dims:
         return 0
     first = dims[0]
-    if isinstance(first, list) and first and all(isinstance(x, list) for x in first):
-        return sum(int(np.prod(d)) if d else 0 for d in first)
-    if isinstance(first, list) and first and all(isinstance(x, int) for x in first):
+    if _is_shape(first):
         return int(np.prod(first))
-    return 0
+    if isinstance(first, list) and first and all(isinstance(x, list) and (not x or _is_shape(x)) for x in first):
+        return sum(int(np.prod(d)) if d else 0 for d in first)
+    return 0  # no tensor's dims (a damaged trace nesting lists past numpy's 64 dimensions among them): as unrecorded
+
+
+def _is_shape(x: Any) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(v, int) for v in x)
 
 
 def input_elems(e: Event) -> int:
