@@ -7,21 +7,31 @@ wrote the manifest, their own records say which steps a stop cut (``completeness
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
+import msgspec
+
 from ..errors import DagprofError
+from ..fsutil import atomic_open
 from .run_schema import MANIFEST
 
 INCOMPLETE = "profile-incomplete.json"
 
 
+class ProfilingMark(msgspec.Struct):
+    """Who profiles what since when (read back only to say when)."""
+
+    pid: int
+    started_unix_s: float
+    command: list[str]
+
+
 def mark(folder: str, cmd: list[str]) -> str:
-    """Leave the mark in ``folder``: who profiles what since when (read back only to say so)."""
+    """Leave the mark in ``folder``."""
     path = os.path.join(folder, INCOMPLETE)
-    with open(path, "w") as f:
-        json.dump({"pid": os.getpid(), "started_unix_s": time.time(), "command": cmd}, f)
+    with atomic_open(path, "wb") as f:
+        f.write(msgspec.json.encode(ProfilingMark(os.getpid(), time.time(), list(cmd))))
     return path
 
 
@@ -32,9 +42,9 @@ def require_finished(folder: str) -> None:
     if not os.path.isfile(path) or os.path.exists(os.path.join(folder, MANIFEST)):
         return
     try:
-        with open(path) as f:
-            started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(json.load(f)["started_unix_s"])))
-    except (OSError, ValueError, TypeError, KeyError, OverflowError):
+        with open(path, "rb") as f:
+            started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(msgspec.json.decode(f.read(), type=ProfilingMark).started_unix_s))
+    except (OSError, msgspec.DecodeError, ValueError, OverflowError):
         started = "at an unknown time"
     raise DagprofError(f"incomplete profile: the dagprof profile started {started} ended before any rank wrote its profile "
                        f"(killed, or still starting; {INCOMPLETE} says so): profile the job again", folder)
