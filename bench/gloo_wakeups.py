@@ -5,7 +5,7 @@ Per profile and rank, over its profiled steps (medians): the process's threads o
 their CPU, the times they got a core (wake-ups) and their waits for one; the CPU and the wait a wake-up; and the wake-ups
 per ms of the wire's time for the bytes the rank sends a step (a ring's 2 (n-1)/n of each collective's all-reduce
 equivalent, ``passes.comm_cpu``, at ``shaped_loopback.PAYLOAD_SHARE`` of each frame) at the profile's rate. The HSDP
-transformer's 1 Gbit/s and 200 Mbit/s profiles (hsdp68's kept rounds, 2026-12-07): about 12 wake-ups per ms of wire at
+transformer's 1 Gbit/s and 200 Mbit/s profiles (hsdp68's kept rounds, 2026-12-07): 10.8-11.4 wake-ups per ms of wire at
 both rates, so 5x the wake-ups at 200 Mbit/s, each with about half the CPU (fewer bytes arrived per wake-up).
 
     .venv/bin/python bench/gloo_wakeups.py RUN:RATE [RUN:RATE ...]     # RATE as --bandwidth takes it: 1Gbit, 200Mbit
