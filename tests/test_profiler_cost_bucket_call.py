@@ -26,10 +26,11 @@ def test_a_buckets_host_call_is_scaled_with_the_ops_and_its_collective_is_not(dq
 
 
 def test_the_host_work_the_bound_holds_counts_the_calls(dqn):
+    """The bound's host work is a median step's (``host_work_us``): without the calls it drops by one step's calls."""
     calls = dqn.kind == Kind.COMM_ENQUEUE
-    steps = len(np.unique(dqn.step[calls & (dqn.step >= 0)]))
+    per_step = [float(dqn.dur[calls & (dqn.step == s)].sum()) for s in np.unique(dqn.step[calls & (dqn.step >= 0)])]
     without = dqn.replace(dur=np.where(calls, 0.0, dqn.dur))
-    assert host_work_us(dqn) - host_work_us(without) == pytest.approx(float(dqn.dur[calls].sum()) / steps)
+    assert min(per_step) - 1e-6 <= host_work_us(dqn) - host_work_us(without) <= max(per_step) + 1e-6
 
 
 def test_horovods_requests_keep_their_measured_times():
