@@ -242,5 +242,5 @@ def test_the_profiled_stretch_replaces_the_calibrated_one(strategy, tmp_path):
         assert b.dur[d1] - a.dur[c1] == pytest.approx((2.0 - 1.5) * (second.issue_us + second.middle_us + second.decode_us))
     # quieter than the chain calibrate ran (stretch 1.2 < 1.5): the callbacks after the backward take the chain's 1.5
     quiet = predict_run(runs["quiet"].run, runs["quiet"].graph, strategy, costs, link_model=str(link)).graph
-    for (c0, c1), (q0, q1) in zip(per_step.values(), bucket_allreduces(quiet)[0].values()):
+    for (_, c1), (_, q1) in zip(per_step.values(), bucket_allreduces(quiet)[0].values()):
         assert quiet.dur[q1] == pytest.approx(a.dur[c1])
