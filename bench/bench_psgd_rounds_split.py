@@ -7,7 +7,7 @@ bucket's all three from the callbacks) and the chain's completion (``Rec.COMM_DO
 their clocks compare: each part from one issue to the next is the wait for the later rank's issue (``lag``) plus, from the
 last rank's issue, the all-reduce, the wake-up of the thread that runs the next callback and that callback's CPU. The
 price of each part is the optimizer's (``passes.compression``: the link model's all-reduce plus the chained excess, the
-codecs' CPU at ``Chained.cpu_factor``), on the round's own profile of the defaults (``roundK-A``), as ``predict_run``
+codecs' CPU at ``Chained.callback_factor``), on the round's own profile of the defaults (``roundK-A``), as ``predict_run``
 prices it; and per step the training thread's and gloo's threads' waits for a core (``traces.meta.StepSched``).
 
     python bench/bench_psgd_rounds_split.py /tmp/psgdpace/twotower /tmp/psgdcontend/embed ...   # each kept folder
@@ -27,7 +27,7 @@ import numpy as np
 from dagprof.closeloop import CODEC_COSTS_FILE
 from dagprof.collect.deploy.strategy import load_strategy
 from dagprof.passes.bucket_plan import BucketSlots
-from dagprof.passes.compression import chained_latency_us, powersgd_parts
+from dagprof.passes.compression import chained_latency_us, chained_line, powersgd_parts
 from dagprof.passes.gradients import gradient_order
 from dagprof.pipeline import open_run
 from dagprof.search.measured import chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
@@ -50,7 +50,7 @@ def priced(work: str, round_a: str, strategy_path: str) -> list[dict[str, float]
     costs = in_job(codec_costs(order, (c.rank,), os.path.join(os.path.dirname(strategy_path), CODEC_COSTS_FILE))[0], job)
     chained = chained_in_job(cluster, profiled_stretch(p.run))
     beside = slowdown_in(cluster)[0]
-    price = BucketSlots(p.graph, order).price
+    price = chained_line(chained, BucketSlots(p.graph, order).price)  # the line PowerSGD's all-reduces are priced on
     es = order.element_size
     at = {name: i for i, name in enumerate(order.params)}
     ends = sorted(max(at[q] for q in b.params) for b in st.buckets) if st.buckets else list(order.profiled_ends)
@@ -60,7 +60,7 @@ def priced(work: str, round_a: str, strategy_path: str) -> list[dict[str, float]
         pp = powersgd_parts(order, first, last, c.rank, costs)
         during = last < len(order) - 1
         lat = chained_latency_us(chained, price, during)
-        f = (1.0 + beside) if during else chained.cpu_factor
+        f = (1.0 + beside) if during else chained.callback_factor
         sized = [at_size(chained.busy if during and chained.busy else chained.allreduce, price, b) for b in (pp.uncompressed * es, pp.p * es, pp.q * es)]
         out.append({"sized_lat_change": (sum(sized) - 3 * lat) / 1e3,
                     "hook": pp.issue_us * chained.cpu_factor / 1e3, "unc": (price(pp.uncompressed * es) + lat) / 1e3,

@@ -1,6 +1,8 @@
 """The optimizer's passes on a real profile (the session's tiny 2-rank DDP run): bucket slots,
 compression pricing, recomputation, accumulation, scheduling, and incremental replay of candidates."""
 
+import statistics
+
 import numpy as np
 import pytest
 from testdata import DATA
@@ -11,7 +13,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan
-from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, powersgd_parts
+from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, chained_line, powersgd_parts
 from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.pipeline import open_run
@@ -159,6 +161,23 @@ def test_powersgd_all_reduces_pay_the_chained_latency_the_job_measured(order):
     assert paid.channel_us == pytest.approx(plain.channel_us + 3 * 499.0) and paid.encode_us == plain.encode_us
 
 
+def test_powersgd_all_reduces_not_priced_at_the_link_fits_intercept(order):
+    """Where the job measured chained small all-reduces, PowerSGD's three are priced on the link model's bytes term and
+    their measured latency: whatever intercept the line fitted on DDP's large buckets carries (a one-size fit puts those
+    buckets' stalls there) prices none of them. Not measured: the line as before."""
+    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
+    chained = Chained(((4096, 3000.0), (16384, 3100.0), (65536, 5000.0)))
+    wire = lambda nb: 0.04 * nb  # noqa: E731
+    codec = Codec("powersgd", 2)
+    costs_at = [bucket_cost(order, 0, len(order) - 1, codec, 1, lambda nb, a=a: a + wire(nb), costs, chained=chained) for a in (0.0, 6000.0, 12000.0)]
+    assert [c.channel_us for c in costs_at] == pytest.approx([costs_at[0].channel_us] * 3)
+    assert len({(c.encode_us, c.wire_bytes) for c in costs_at}) == 1
+    latency = statistics.median(us - wire(b) for b, us in chained.allreduce)
+    assert chained_latency_us(chained, chained_line(chained, lambda nb: 6000.0 + wire(nb))) == pytest.approx(latency)
+    unmeasured = bucket_cost(order, 0, len(order) - 1, codec, 1, lambda nb: 6000.0 + wire(nb), costs)
+    assert unmeasured.channel_us - costs_at[0].channel_us == pytest.approx(3 * (6000.0 - latency))  # the intercept, three times
+
+
 def test_powersgd_cpu_between_chained_all_reduces_takes_what_the_cluster_measured(order):
     """After the backward, the hook's CPU between and after its all-reduces takes what CPU between chained all-reduces
     took on the cluster per unit of its idle time (``Chained.stretch``); a bucket whose callbacks run beside the backward
@@ -177,6 +196,28 @@ def test_powersgd_cpu_between_chained_all_reduces_takes_what_the_cluster_measure
     assert later_s.encode_us == later.encode_us and first_s.channel_us == first.channel_us  # beside the backward: the overlap slowdown's
     assert first_s.encode_us == pytest.approx(first.encode_us + 0.5 * c1 * 1.0)  # its issue (encode 1.0 a matrix)
     assert bucket_cost(order, split, n - 1, codec, 1, price, costs, chained=Chained(stretch=0.8)) == later
+
+
+def test_powersgd_callbacks_after_the_backward_take_the_chains_stretch_where_more(order):
+    """After the backward the callbacks' CPU (a later bucket's hook, middle, decode) takes what the hook's kind of CPU took
+    in calibrate's chain with every rank's chain running (``Chained.in_chain``) where that is more than the training
+    thread's profiled stretch; the issue, on the training thread, keeps the profiled stretch; less, or not measured:
+    unchanged."""
+    n = len(order)
+    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
+    price = lambda nb: 1.0  # noqa: E731
+    codec = Codec("powersgd", 2)
+    split = next(i for i in range(1, n - 1) if any(powersgd_split(order.shapes[j], 2)[1] for j in range(i)) and
+                 any(powersgd_split(order.shapes[j], 2)[1] for j in range(i, n)))
+    c2 = sum(1 for s in order.shapes[split:] if powersgd_split(s, 2)[1])
+    cost = lambda chained, a=split: bucket_cost(order, a, n - 1, codec, 1, price, costs, chained=chained)  # noqa: E731
+    profiled = cost(Chained(stretch=1.1))
+    chain = cost(Chained(stretch=1.1, in_chain=2.0))
+    assert chain.channel_us == pytest.approx(profiled.channel_us + 0.9 * c2 * (1.0 + 2.0 + 3.0))  # hook, middle, decode
+    assert chain.encode_us == profiled.encode_us and chain.wire_bytes == profiled.wire_bytes
+    assert cost(Chained(stretch=1.1, in_chain=1.05)) == profiled and cost(Chained(stretch=1.1, in_chain=0.0)) == profiled
+    first = lambda chained: bucket_cost(order, 0, split - 1, codec, 1, price, costs, chained=chained)  # noqa: E731
+    assert first(Chained(stretch=1.1, in_chain=2.0)) == first(Chained(stretch=1.1))  # beside the backward: the overlap slowdown's
 
 
 def test_powersgd_priced_as_torchs_hook_measured_whole(order):

@@ -219,7 +219,7 @@ def test_the_profiled_stretch_replaces_the_calibrated_one(strategy, tmp_path):
     table = json.loads((RUN / "defaults" / "overlap.json").read_text())
     link = save_link_model(tmp_path / "link.json", AlphaBeta(0.0, 0.04), overlap={**table, "chained_stretch": 1.5})
     runs = {}
-    for name, waits in (("older", None), ("loaded", (1.0, 0.5))):  # rank 0 waited for a core as long as it ran, rank 1 half
+    for name, waits in (("older", None), ("loaded", (1.0, 0.5)), ("quiet", (0.2, 0.1))):  # rank 0 waited for a core as long as it ran, rank 1 half
         user = tmp_path / name
         shutil.copytree(RUN / "defaults", user, ignore=shutil.ignore_patterns("overlap.json"))
         for r, wait in enumerate(waits or ()):
@@ -240,3 +240,7 @@ def test_the_profiled_stretch_replaces_the_calibrated_one(strategy, tmp_path):
     for (c0, c1), (d0, d1) in zip(per_step.values(), loaded_steps.values()):
         assert b.dur[d0] == pytest.approx(a.dur[c0])  # the first bucket's callbacks run beside the backward: its own price
         assert b.dur[d1] - a.dur[c1] == pytest.approx((2.0 - 1.5) * (second.issue_us + second.middle_us + second.decode_us))
+    # quieter than the chain calibrate ran (stretch 1.2 < 1.5): the callbacks after the backward take the chain's 1.5
+    quiet = predict_run(runs["quiet"].run, runs["quiet"].graph, strategy, costs, link_model=str(link)).graph
+    for (_, c1), (_, q1) in zip(per_step.values(), bucket_allreduces(quiet)[0].values()):
+        assert quiet.dur[q1] == pytest.approx(a.dur[c1])

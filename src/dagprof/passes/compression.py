@@ -23,13 +23,18 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
   the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
   completion callback took in the job's group (a user's job: in ``calibrate --overlap``'s on its cluster) beyond the link
-  model's price (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
+  model's bytes term (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
-  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). After the
+  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). The line's
+  intercept prices none of them (``chained_line``): fitted on large buckets it is their stalls, not a small call's latency. After the
   backward the hook's CPU between and after its all-reduces takes what the hook's kind of CPU between chained
   all-reduces took there per unit of its idle time (``Chained.stretch``: the priced profile's own, its training thread's
   CPU plus waits for a core over its CPU, ``search.measured.profiled_stretch``; else measured beside ``chained``,
-  minutes before the profile at another load): the codec costs
+  minutes before the profile at another load), or where more, what it took in ``calibrate``'s chain of the hook's
+  kind with every rank's chain running (``Chained.callback_factor``): those callbacks run on gloo's threads, both ranks'
+  at once on the shared cores, each after a wake-up, which the training thread's stretch across its step does not see
+  (held-out BERT4Rec's rounds: their stretch 1.03-1.07, the chain's 1.93-2.42; P's CPU and waits beyond its wire
+  1.3-1.8x, Q's 1.8-2.0x the idle price, ``bench_psgd_rounds_split.py``): the codec costs
   are the fastest runs on an idle core, and in the chain each rank also waits for a core, the wake-up after it and the
   later rank at each all-reduce (the held-out conv job's chain, 7.8 ms of it CPU, 20 ms at the median against 12.4 priced).
   A bucket's issue (the hook's CPU before its first all-reduce, on the training thread) takes that stretch too, during
@@ -60,11 +65,20 @@ class Chained:
     allreduce: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce); empty: not measured
     stretch: float = 0.0  # the hook's CPU per unit of its idle price (after the backward; its issue always; ``measured.chained_in_job``); 0: none
     busy: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce) issued beside a busy backward; empty: ``allreduce`` there too
+    in_chain: float = 0.0  # the hook's kind of CPU between chained all-reduces on the cluster, both ranks' chains running; 0: not measured
 
     @property
     def cpu_factor(self) -> float:
-        """What the hook's CPU between its all-reduces takes per unit of its idle price: never below it, as before where not measured."""
+        """What the hook's CPU on the training thread takes per unit of its idle price: never below it, as before where not measured."""
         return max(1.0, self.stretch)
+
+    @property
+    def callback_factor(self) -> float:
+        """What the callbacks' CPU after the backward takes per unit of its idle price: the training thread's stretch, or
+        where more, what that CPU took between chained all-reduces with every rank's chain running (``in_chain``): the
+        callbacks run on gloo's threads while each rank's chain computes at once and each callback waits for a core after
+        its wake-up, which the training thread's stretch, read across a step of its own CPU, does not see."""
+        return max(self.cpu_factor, self.in_chain)
 
 
 UNMEASURED = Chained()  # a run that measured neither: PowerSGD priced by the link model and the codecs' idle costs alone
@@ -155,13 +169,14 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     later = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
     hook = parts.issue_us if later else 0.0
     during_backward = last < len(order) - 1
-    transfers = (price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es)
-                 + 3 * chained_latency_us(chained, price, during_backward))
+    line = chained_line(chained, price)
+    transfers = (line(parts.uncompressed * es) + line(parts.p * es) + line(parts.q * es)
+                 + 3 * chained_latency_us(chained, line, during_backward))
     cpu = hook + parts.middle_us + parts.decode_us
     # While backward runs, the channel's CPU work shares the training thread's core: the backward loses that CPU (steal)
     # and the callbacks run ``beside`` slower themselves; after the last gradient the training thread only waits, and the
     # callbacks take what CPU between chained all-reduces took on the cluster (``Chained.stretch``).
-    channel = transfers + cpu * (1.0 + beside if during_backward else chained.cpu_factor)
+    channel = transfers + cpu * (1.0 + beside if during_backward else chained.callback_factor)
     steal = cpu if during_backward else 0.0
     issue = (parts.issue_us - hook) * chained.cpu_factor  # the training thread's CPU, as stretched as its profiled ops
     return BucketCost(issue + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
@@ -177,6 +192,18 @@ def nonempty_allreduces(order: GradientOrder, ends: Iterable[int], rank: int) ->
         count += sum(any(x[k] for x in split) for k in range(3))
         first = last + 1
     return count
+
+
+def chained_line(chained: Chained, price: Callable[[float], float]) -> Callable[[float], float]:
+    """The line PowerSGD's all-reduces are priced on before ``chained_latency_us``: where the job measured chained small
+    all-reduces, ``price`` less its intercept (its bytes' term alone), so their latency is the one measured at their
+    sizes; else ``price``. The link model's intercept is fitted on DDP's buckets, where it holds those large transfers'
+    stalls (fitted on one size, all of it: held-out GRU4Rec's and BERT4Rec's profiles priced a 2.5 kB all-reduce at
+    3.9-18 ms, their chained 4-64 kB all-reduces measured 3-5 ms whole)."""
+    if not chained.allreduce:
+        return price
+    intercept = price(0.0)
+    return lambda nbytes: price(nbytes) - intercept
 
 
 def chained_latency_us(chained: Chained, price: Callable[[float], float], during_backward: bool = False) -> float:

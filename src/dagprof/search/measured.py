@@ -79,7 +79,7 @@ def chained_in_job(m: Overlap | None, stretch: float) -> Chained:
     (``chained_busy``) where measured; files written before it was measured price that chain as the idle one."""
     if m is None:
         return Chained((), stretch)
-    return Chained(_pairs(m.chained_allreduce), stretch or m.chained_stretch, _pairs(m.chained_busy))
+    return Chained(_pairs(m.chained_allreduce), stretch or m.chained_stretch, _pairs(m.chained_busy), m.chained_stretch)
 
 
 def _pairs(table: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
