@@ -639,7 +639,8 @@ def server_lanes(meta, servers: int) -> int:
     (server ``s`` works on server ``s % lanes``'s CPU), since the profile's busy time is wall time, its waits for a core in
     it, and a split onto more processes adds no cores. Profiled 2 workers and 1 server on 2 cores, 2 servers measured
     x0.90-1.19 of 1 server's step where a CPU each predicted x0.87-0.96 (``mx_kws_2bit.py``, 4 rounds), ``mx_gcn_molecule.py``'s
-    tiny keys x0.98-1.04 against x0.87-0.89: the split servers' walls did not shrink (docs/evidence.md, mx69)."""
+    tiny keys x0.98-1.04 against x0.87-0.89; held out, ``ps:2``'s summed |error| over 7 fresh rounds 64.4 -> 50.6 points
+    (docs/evidence.md, mx69)."""
     ps = meta.ps
     if servers <= ps.num_servers or len(meta.host_cpus) != 1:
         return servers
