@@ -403,6 +403,8 @@ def main() -> int:
     ap.add_argument("--buffer-kb", type=int, default=BUFFER_BYTES >> 10,
                     help="every shaped port's queue in KiB, the same at every rate as a switch's buffer (0: tbf's 10 ms of traffic, "
                          "which drops packets at slow rates)")
+    ap.add_argument("--servers-only", action="store_true",
+                    help="only the profiled configuration and 2 servers (a servers what-if judged alone: more rounds in one hold)")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
     ap.add_argument("--ps-pattern-check", action="store_true",
                     help="only time raw TCP in mx_mlp.py's parameter-server pattern, 2 and 4 workers into 1 server at --other-rate (no MXNet)")
@@ -423,6 +425,7 @@ def main() -> int:
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
         return 0
     cells = [(1, args.rate, WORKERS), (2, args.rate, WORKERS), (1, args.other_rate, WORKERS)] + [(1, args.other_rate, w) for w in args.more_workers]
+    cells = cells[:2] if args.servers_only else cells
     rows: list[dict] = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:

@@ -604,6 +604,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     n = int(g.meta.world_size)
     main = g.meta.main_device
     engines = [main[w] for w in range(n)] if ps.pull_after_ack and all(w in main for w in range(n)) else None
+    lanes = server_lanes(g.meta, servers)
     for step in g.meta.steps:
         per_update, per_byte = update_us(ps, step), link.gamma_us_per_byte * ops_factor(ps, step)
         at_step = replace(link, beta_us_per_byte=link.beta_us_per_byte * step_factors.get(step, 1.0))
@@ -616,7 +617,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             total = sum(nb for _, _, nb in parts)
             for server, pushed, part in parts:
                 ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * per_byte, tag=tag, order=order, step=step, bucket=key,
-                                   pull=not k.row_bytes, pushed=pushed, engines=engines)
+                                   pull=not k.row_bytes, pushed=pushed, engines=engines, lane=server % lanes)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 arrived = [(u, key_in[(step, key, w)]) for w, u in enumerate(ends) if (step, key, w) in key_in]
                 if arrived:  # what the worker ran as this key's pull arrived (its copy)
@@ -630,6 +631,21 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     out = b.build()
     out.meta.scheme, out.meta.topology = CollectiveSpec(Scheme.PS, servers), Topology.flat(n, link)
     return out
+
+
+def server_lanes(meta, servers: int) -> int:
+    """How many of ``servers`` parameter servers' CPUs work at once: each its own, unless they would be more than the
+    profile's and share one host's cores with its workers, more processes than cores; then as many as the profile's servers
+    (server ``s`` works on server ``s % lanes``'s CPU), since the profile's busy time is wall time, its waits for a core in
+    it, and a split onto more processes adds no cores. Profiled 2 workers and 1 server on 2 cores, 2 servers measured
+    x0.90-1.19 of 1 server's step where a CPU each predicted x0.87-0.96 (``mx_kws_2bit.py``, 4 rounds), ``mx_gcn_molecule.py``'s
+    tiny keys x0.98-1.04 against x0.87-0.89; held out, ``ps:2``'s summed |error| over 7 fresh rounds 64.4 -> 50.6 points
+    (docs/evidence.md, mx69)."""
+    ps = meta.ps
+    if servers <= ps.num_servers or len(meta.host_cpus) != 1:
+        return servers
+    group = next(iter(meta.host_cpus.values()))
+    return servers if group.ranks + servers <= group.cores else ps.num_servers
 
 
 def _pull_beta(meta, beta: float, fitted: float, ratio: float) -> float:

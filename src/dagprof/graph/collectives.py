@@ -103,7 +103,7 @@ def worker_ports(worker: int) -> tuple[str, str]:
 
 def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
                 tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, pull: bool = True, pushed: float | None = None,
-                engines: Sequence[int] | None = None) -> list[int]:
+                engines: Sequence[int] | None = None, lane: int | None = None) -> list[int]:
     """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
 
     The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
@@ -121,8 +121,11 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     carries where not ``nbytes`` (a compressed one: ``traces.mxnet.pslite_bytes``); the server sums and the pulls carry ``nbytes``.
     ``engines``: each worker's pull is an op of its own that its engine issues once the push is acknowledged
     (``_pull_request``), on device ``engines[w]``; None: the pull leaves with the push's answer.
+    ``lane``: the server whose CPU does this server's work where not its own (``graph.build_ps.server_lanes``: servers that
+    share a host's cores); its ports stay its own.
     """
-    port_in, cpu, port_out = ps_devices(server)
+    port_in, _, port_out = ps_devices(server)
+    cpu = ps_devices(server if lane is None else lane)[1]
     dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
     k = ps_chunks(nbytes, len(ready))
     chunk = nbytes / k
@@ -147,7 +150,7 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
         return pulls
     for w in range(len(ready)):
         down = b.device(worker_ports(w)[1], DeviceKind.COMM, rank=w)
-        answer = s if engines is None else _pull_request(b, s, server, w, engines[w], link, eps, tag, **kw)
+        answer = s if engines is None else _pull_request(b, s, server, dev_cpu, w, engines[w], link, eps, tag, **kw)
         v = _message(b, answer, dev_out, down, k, chunk, link, eps, f"{tag} pull ps{server} w{w}", w, CommKind.PULL, **kw)
         lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PULL, **kw)
         b.add_edge(v, lat)
@@ -155,17 +158,17 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     return pulls
 
 
-def _pull_request(b: GraphBuilder, summed: int, server: int, w: int, engine: int, link: AlphaBeta, eps: float, tag: str, *,
+def _pull_request(b: GraphBuilder, summed: int, server: int, dev_cpu: int, w: int, engine: int, link: AlphaBeta, eps: float, tag: str, *,
                   order: float, step: int, bucket: int) -> int:
     """A ``dist_sync`` pull that is an engine op of its own (``kv.pull`` after ``kv.push``, a compressed push): MXNet runs it
     after the key's push is acknowledged, and the server acknowledges once the key is updated. The acknowledgement crosses
     the server's port out and the worker's port in behind the pull answers queued there (ps-lite's one stream a worker),
     the pull op waits for the worker's engine thread (``engine``: one thread runs the kvstore's ops and the compute, so a
-    pull waits out the op it came during), and its request crosses back into the server, whose thread answers it between
-    updates. Returns the node after which the answer leaves. Measured on a compressed ResNet at 200 Mbit/s: acks came up to
+    pull waits out the op it came during), and its request crosses back into the server, whose thread (on ``dev_cpu``) answers
+    it between updates. Returns the node after which the answer leaves. Measured on a compressed ResNet at 200 Mbit/s: acks came up to
     36 ms after the server's last update, and no push or pull op began inside a compute op (docs/evidence.md, mxpull65)."""
-    port_in, cpu, port_out = ps_devices(server)
-    dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
+    port_in, _, port_out = ps_devices(server)
+    dev_in, dev_out = b.device(port_in, DeviceKind.COMM), b.device(port_out, DeviceKind.COMM)
     up, down = (b.device(p, DeviceKind.COMM, rank=w) for p in worker_ports(w))
     kw = dict(order=order, step=step, bucket=bucket)
     ack = _message(b, summed, dev_out, down, 1, 0.0, link, eps, f"{tag} ack ps{server} w{w}", w, CommKind.PUSH, **kw)

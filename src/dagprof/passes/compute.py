@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
-from ..graph.build_ps import engine_idle
+from ..graph.build_ps import engine_idle, server_lanes
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder, gaps_apart
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
@@ -194,25 +194,21 @@ def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
 
 
 def server_cores_note(g: Graph, servers: int) -> str | None:
-    """A ``ps:K`` answer with more servers than profiled gives each server a core of its own: their updates (the busy time
-    ``graph.build_ps.update_us`` prices per key part) run at once. Said in one line where the profiled host's cores are
-    fewer than its workers and ``servers`` servers: there the servers' Python waits for a core as it did when profiled
-    (the server's busy time is wall time), and a split onto more processes does not add cores. ``mx_sparse_mf.py``'s
-    2 workers on the testbed's 2 cores (other jobs running): 2 servers measured x0.98 of 1 server's step (median of 6
-    rounds), predicted x0.83-0.93; a loopback run's server used 9 ms of CPU a step of 68 (load 10)."""
+    """A ``ps:K`` answer whose servers share the profiled host's cores with its workers, more processes than cores
+    (``graph.build_ps.server_lanes``, the rule it is priced by): said in one line, since the servers' work is then priced
+    on the profile's servers' CPUs, no faster than profiled (the server's busy time is wall time, its waits for a core in
+    it), and only their ports split."""
     ps = g.meta.ps
-    if ps is None or servers <= ps.num_servers or len(g.meta.host_cpus) != 1:
+    if ps is None or server_lanes(g.meta, servers) == servers:
         return None
     host, group = next(iter(g.meta.host_cpus.items()))
-    ranks, cores = group.ranks, group.cores
-    if ranks + servers <= cores:
-        return None
     busy = sum(b.busy_us for b in ps.server_busy) / max(len({b.step for b in ps.server_busy}), 1) / max(ps.num_servers, 1)
     step = float(np.mean(list(g.meta.measured_iter_us.values())))
-    return (f"ps:{servers}: the prediction gives each server a core of its own, its updates at once with the others'; {ranks} workers "
-            f"were profiled on the {cores} cores of one host ({host}), fewer than they and {servers} servers, and a profiled server was busy "
-            f"{busy / 1e3:.1f} ms of each {step / 1e3:.1f} ms step (wall time, its waits for a core in it): where the servers share "
-            "those cores, a split onto more of them adds no cores and the updates run no faster than the profile's")
+    return (f"ps:{servers}: {group.ranks} workers were profiled on the {group.cores} cores of one host ({host}), fewer than they and "
+            f"{servers} servers, so the servers' work is priced on the CPU{'s' if ps.num_servers > 1 else ''} of the profile's "
+            f"{count(ps.num_servers, 'server')}, no faster "
+            f"than profiled (a profiled server was busy {busy / 1e3:.1f} ms of each {step / 1e3:.1f} ms step, wall time, its waits "
+            "for a core in it): a split onto more processes adds no cores; only the servers' ports split")
 
 
 def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str | None:
