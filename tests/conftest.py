@@ -14,6 +14,15 @@ def _private_parse_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fixed_terminal_width():
+    """The CLI folds text at ``$COLUMNS`` (``cli.terminal.wrap_lines``), and tests read phrases off its lines: pin the width
+    the CLI takes where output is no terminal, since an xdist worker's environment says 80 and a shell may say anything."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "100")
+        yield
+
+
 @pytest.fixture
 def one_rank_group(tmp_path):
     """A real single-process gloo group, so DDP, FSDP's hooks and a DTensor mesh run in this process."""
@@ -49,12 +58,3 @@ def order(prof):
     from dagprof.passes.gradients import gradient_order
 
     return gradient_order(prof.graph, prof.run.ranks[0].buckets)
-
-
-def pytest_runtest_logstart(nodeid, location):
-    """Write the test that starts to ``$DAGPROF_TEST_TRAIL`` (the Makefile sets it): when a native crash kills pytest
-    itself, its stack dump is cut in CI's log, and this names the test that was running."""
-    trail = os.environ.get("DAGPROF_TEST_TRAIL")
-    if trail:
-        with open(trail, "w") as f:
-            f.write(nodeid)
