@@ -1,0 +1,41 @@
+"""Other processes' CPU on a host's cores over a profiled window: the cores' busy time less the job's own.
+
+A JAX job's ranks beyond their cores wait a scheduler tick a ring step (``passes.ring_pace``); on a loaded host the
+cores other processes keep busy leave fewer ticks to the job (jax68, 2026-12-07: a 4-worker mixer and GAT on 2 cores took
+1.22 and 2.19 ms a ring step beside 0.6 and 0.9 of a core of other work, against the 0.99 priced). So each TF/JAX rank
+records over its window (``collect.hooks.xplane_window``) the wall time, the user + nice + system time of the cores it may
+run on (``/proc/stat``, as ``bench_frameworks._others_cpu_pct`` counts the machine's; softirq left out: the job's own
+packets) and its process's CPU, and the host's figure is the busy share less every rank's own.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Iterable
+
+import msgspec
+
+from .run_schema import Count
+
+
+class WindowCpu(msgspec.Struct, frozen=True):
+    """One rank's profiled window, first step's start to last step's end: its wall time, the busy time of the cores its
+    affinity set holds (every process's) and its own process's CPU time, ns."""
+
+    wall_ns: Annotated[int, msgspec.Meta(gt=0)]
+    cores_busy_ns: Count
+    own_cpu_ns: Count
+
+
+def other_cores(ranks: Iterable[tuple[str, str, WindowCpu | None]]) -> dict[str, float]:
+    """Per host (``(host, cpu_set, window)`` of each rank): the cores' worth of CPU other processes took during the window,
+    the ranks' mean busy share of their cores less each rank's own share, at least 0. Only hosts where every rank recorded
+    its window on one affinity set (ranks pinned apart would each see other cores' busy time)."""
+    by_host: dict[str, list[tuple[str, WindowCpu | None]]] = {}
+    for host, cpu_set, window in ranks:
+        by_host.setdefault(host, []).append((cpu_set, window))
+    out = {}
+    for host, seen in by_host.items():
+        windows = [w for _, w in seen if w is not None]
+        if host and len(windows) == len(seen) and len({s for s, _ in seen}) == 1:
+            busy = sum(w.cores_busy_ns / w.wall_ns for w in windows) / len(windows)
+            out[host] = max(0.0, busy - sum(w.own_cpu_ns / w.wall_ns for w in windows))
+    return out
