@@ -54,13 +54,13 @@ def net_tx_bytes() -> int | None:
 
 
 def cpu_now() -> tuple[int, int, int] | None:
-    """(now, the busy time of the cores this process may run on: every process's user, nice and system time in
-    ``/proc/stat``, this process's CPU time), ns, for ``traces.window_cpu.WindowCpu``; None where ``/proc/stat`` does
-    not read."""
+    """(now, the busy time of the cores this process may run on: ``/proc/stat``'s time of theirs neither idle nor in
+    iowait, this process's CPU time), ns, for ``traces.window_cpu.WindowCpu``; None where ``/proc/stat`` does not read."""
     cores = {f"cpu{c}" for c in os.sched_getaffinity(0)}
     try:
-        with open("/proc/stat") as f:
-            ticks = sum(sum(int(v) for v in line.split()[1:4]) for line in f if line.split(maxsplit=1)[0] in cores)
+        with open("/proc/stat") as f:  # user nice system idle iowait irq softirq steal (guest time is in user already)
+            ticks = sum(sum(int(v) for i, v in enumerate(line.split()[1:9]) if i not in (3, 4))
+                        for line in f if line.split(maxsplit=1)[0] in cores)
     except (OSError, IndexError, ValueError):
         return None
     return time.monotonic_ns(), ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK"), time.process_time_ns()
