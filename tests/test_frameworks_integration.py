@@ -158,10 +158,10 @@ def test_a_custom_loop_of_dynamic_shapes_sizes_every_gather_by_the_rows_the_scri
     assert not any("have no size" in str(w) for w in load(str(out)).meta.warnings)
 
 
-def test_a_jax_profile_records_other_processes_load_and_the_pace_is_priced_on_the_cores_left(tmp_path):
+def test_a_jax_profile_records_other_processes_load_and_the_pace_note_says_it(tmp_path):
     """A 2-worker ``jax_train`` job beside a busy loop: each rank records its window's cores' busy and own CPU
     (``traces.window_cpu``), the host's other load holds the loop's share of a core, and a what-if with more ranks than
-    cores prices gloo's ring pace on the cores that load leaves and says the figure."""
+    cores says the figure beside gloo's ring pace (not priced)."""
     python = os.environ.get("DAGPROF_JAX_PYTHON")
     if not python:
         pytest.skip("needs DAGPROF_JAX_PYTHON: a Python with jax (see this file)")
@@ -185,8 +185,8 @@ def test_a_jax_profile_records_other_processes_load_and_the_pace_is_priced_on_th
     cores = g.meta.host_cpus[host].cores
     assert other >= 0.25  # the loop ran beside the window, whatever else the host ran
     pace = ring_pace(g, cores + 2, cores)
-    assert pace.other_cores == other and pace.step_us == pytest.approx(pace.tick_us / (2 * max(cores - other, 1.0)))
-    assert f"by the {other:.2f} of a core other processes took" in ring_pace_note(g, cores + 2, cores)
+    assert pace.step_us == pytest.approx(pace.tick_us / (2 * cores))
+    assert f"other processes took {other:.2f} of a core beside the profiled window" in ring_pace_note(g, cores + 2, cores)
 
 
 def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_with_their_bytes(tmp_path):

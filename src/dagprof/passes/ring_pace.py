@@ -20,9 +20,11 @@ Held out (jaxring67, 2026-12-07, 3 cells, 2 of them beside other processes' CPU)
 a core 0.86 of its runnable time at 2 ranks on 2 cores, 0.46 at 4; priced so, tried and not kept: jax68 in evidence).
 
 On a loaded host the rings ran slower than the pace (jax68: mixer 1.22, GAT 2.19 ms a ring step beside 0.6 and 0.9 of a
-core of other processes' CPU): the ticks that preempt a poller come on the cores the other processes leave. Where the
-profile recorded that load (``GraphMeta.host_other_cores``, ``traces.window_cpu``) the pace is priced on the cores left,
-the load taken to stay as profiled.
+core of other processes' CPU). The profile records that load (``GraphMeta.host_other_cores``, ``traces.window_cpu``) and
+the note says it, unpriced: the pace on the cores it leaves, tick / 2(C - F), was tried (jax69, 2026-12-07): on five kept
+loaded and quiet cells (F from the bench's whole-job figure) median |error| 13.8 -> 25.5 %, 4 of 5 further (the others'
+share falls as 4 ranks crowd the cores: GAT 1.14 -> 0.89, MDN 1.25 -> 1.10 cores), and quiet held-out 4-worker jobs rang
+at 0.95-1.04 ms a step against the 1.00 priced, the step still over by 57-87 % from elsewhere.
 """
 from __future__ import annotations
 
@@ -49,48 +51,37 @@ class RingPace:
     cores: int
     tick_us: float
     tick_recorded: bool  # the profiled hosts' kernels said it (else ``TICK_US``)
-    other_cores: float | None = None  # other processes' CPU on the profiled host's cores, in cores (None: not recorded)
-
-    @property
-    def free_cores(self) -> float:
-        """The cores the other processes leave: ``cores`` less their load, at least one core's ticks (``pace_us``)."""
-        return max(self.cores - (self.other_cores or 0.0), min(float(self.cores), 1.0))
 
     @property
     def step_us(self) -> float:
-        return pace_us(self.tick_us, self.free_cores)
+        return pace_us(self.tick_us, self.cores)
 
     @property
     def law(self) -> str:
         """``pace_us`` in words, with this pace's terms."""
-        if self.other_cores is None:
-            return f"half the tick over {self.cores} cores"
-        return (f"half the tick over the {self.free_cores:.2f} cores left of {self.cores} by the {self.other_cores:.2f} of a core "
-                "other processes took in the profiled window")
+        return f"half the tick over {self.cores} cores"
 
 
-def pace_us(tick_us: float, cores: float) -> float:
+def pace_us(tick_us: float, cores: int) -> float:
     """A ring step's time where more runnable threads than ``cores`` share them: each step's poster waits for the next
     tick on one of the cores to preempt a poller, half the time between the cores' ticks on average, tick / (2 C).
     ``bench/ring_probe.py`` (2026-12-07 15:21, load 4.0): 0.77-1.04 ms with 2-4 ranks on 2 cores (tick / 4 = 0.99),
     1.70-1.85 ms with 3-4 ranks on 1 core (tick / 2 = 1.98); 2 ranks on 1 core 0.68 ms (their hand-offs wake each other
-    before a tick: priced high there), quantum 3.96 ms. ``cores`` may be a fraction (those other processes leave); below one
-    the tick still comes on the core every tick, so ``RingPace.free_cores`` keeps at least one."""
+    before a tick: priced high there), quantum 3.96 ms."""
     return tick_us / (2.0 * cores)
 
 
 def ring_pace(g: Graph, ranks_per_host: int, cores: int) -> RingPace | None:
-    """``g``'s ``RingPace`` with ``ranks_per_host`` ranks on ``cores`` (beside the most loaded profiled host's other
-    processes, where recorded); None where it is no JAX job on gloo whose arrays a step were read, or the ranks fit the
-    cores. That is the one rule for the price (``share_cores``, which prices no JAX
+    """``g``'s ``RingPace`` with ``ranks_per_host`` ranks on ``cores``; None where it is no JAX job on gloo whose arrays a
+    step were read, or the ranks fit the cores. That is the one rule for the price (``share_cores``, which prices no JAX
     rank's sharing within the cores) and its note (``compute.ring_pace_note``): within them a profile on those cores holds
     the pace in its own collectives (2 ranks on 2 cores ran at it in the probe, 1.01 ms a step), which its link fit reads."""
     if g.meta.framework != "jax" or g.meta.backend != "gloo" or not g.meta.collective_operands_per_step:
         return None
     if ranks_per_host <= cores:
         return None
-    ticks, others = g.meta.host_tick_us, g.meta.host_other_cores
-    return RingPace(ranks_per_host, cores, max(ticks.values(), default=TICK_US), bool(ticks), max(others.values(), default=None))
+    ticks = g.meta.host_tick_us
+    return RingPace(ranks_per_host, cores, max(ticks.values(), default=TICK_US), bool(ticks))
 
 
 def paced_us(g: Graph, comm: np.ndarray, pace: RingPace) -> np.ndarray:
