@@ -6,10 +6,12 @@ import signal
 import socket
 import time
 
+import msgspec
 import pytest
 
 from dagprof.collect.hooks.tf_profile import tf_config_rank
 from dagprof.collect.hooks.xplane_window import StepWindow, kernel_hz, run_forked, run_forked_retrying
+from dagprof.traces.window_cpu import WindowCpu
 from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 
@@ -330,6 +332,27 @@ def test_the_window_counts_the_bytes_its_steps_sent(tmp_path):
         s.close()
     info = json.loads((tmp_path / "rank1.json").read_text())
     assert info["steps_profiled"] == [2, 3] and info["window_tx_bytes"] >= 200_000
+
+
+def test_the_window_records_its_cores_busy_time_and_its_process_cpu(tmp_path):
+    """Over the profiled steps (``traces.window_cpu``, other processes' load beside a JAX job): the wall time, the busy
+    time of this process's cores (every process's, ``/proc/stat``: counted at each core's tick, so up to two ticks a core
+    off at the ends) and this process's CPU, which holds at least what the steps spun."""
+    w = window(tmp_path, [])
+    spun = 0
+    for step in range(5):
+        w.step_begin(step)
+        if step in (2, 3):
+            t0 = time.process_time_ns()
+            while time.process_time_ns() - t0 < 100_000_000:
+                pass
+            spun += time.process_time_ns() - t0
+        w.step_end(step)
+    w.finish()
+    got = msgspec.convert(json.loads((tmp_path / "rank1.json").read_text())["window_cpu"], WindowCpu)
+    assert got.own_cpu_ns >= spun and got.wall_ns >= spun
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    assert got.cores_busy_ns >= got.own_cpu_ns - 2 * len(os.sched_getaffinity(0)) * tick_ns
 
 
 def test_a_training_that_ends_inside_the_window_warns_once_when_finished(tmp_path):

@@ -158,6 +158,37 @@ def test_a_custom_loop_of_dynamic_shapes_sizes_every_gather_by_the_rows_the_scri
     assert not any("have no size" in str(w) for w in load(str(out)).meta.warnings)
 
 
+def test_a_jax_profile_records_other_processes_load_and_the_pace_note_says_it(tmp_path):
+    """A 2-worker ``jax_train`` job beside a busy loop: each rank records its window's cores' busy and own CPU
+    (``traces.window_cpu``), the host's other load holds the loop's share of a core, and a what-if with more ranks than
+    cores says the figure beside gloo's ring pace (not priced)."""
+    python = os.environ.get("DAGPROF_JAX_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_JAX_PYTHON: a Python with jax (see this file)")
+    import sys  # noqa: PLC0415
+
+    from dagprof.passes.compute import ring_pace_note  # noqa: PLC0415
+    from dagprof.passes.ring_pace import ring_pace  # noqa: PLC0415
+
+    out = tmp_path / "run"
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = subprocess.run([python, "-m", "dagprof.collect.jobs.jax_train", "--out", str(out), "--timeout", "300"],
+                              env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True, text=True, timeout=400)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert all(t.meta.window_cpu is not None for t in load(out).ranks)
+    g = open_run(out).graph
+    (host, other), = g.meta.host_other_cores.items()
+    cores = g.meta.host_cpus[host].cores
+    assert other >= 0.25  # the loop ran beside the window, whatever else the host ran
+    pace = ring_pace(g, cores + 2, cores)
+    assert pace.step_us == pytest.approx(pace.tick_us / (2 * cores))
+    assert f"other processes took {other:.2f} of a core beside the profiled window" in ring_pace_note(g, cores + 2, cores)
+
+
 def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_with_their_bytes(tmp_path):
     """``bench/frameworks/jax_zero_rs.py`` recorded afresh (``tests/test_jax_reduce_scatter.py`` reads the vendored
     recording): every step's 3 all-gathers carry the gathered parameters, its 3 reduce-scatters the whole gradients,

@@ -40,6 +40,7 @@ from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, one_step, resynced_steps, say_resynced, stalled_steps, steady_window, step_range, time_between_steps
+from ..traces.window_cpu import other_cores
 from ..units import count
 from .assemble import Assembler
 from .dag import Graph
@@ -261,6 +262,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         host_cpus=host_cpus(run),
         pinned_groups=pinned_groups(run),
         host_tick_us=host_tick_us(run),
+        host_other_cores=other_cores((t.host, t.meta.cpu_set, t.meta.window_cpu) for t in run.ranks),
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
         padded_gathers=dict(run.meta.padded_gathers),
         host_segments={t.rank: t.meta.host_segments for t in run.ranks if t.meta.host_segments is not None},

@@ -250,6 +250,9 @@ class GraphMeta:
     # their cores; a rank alone on its own cores is a group of its own. Absent: every rank may run on every core
     pinned_groups: dict[str, tuple[CoreGroup, ...]] = field(default_factory=dict)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
+    # TF/JAX runs: host -> cores' worth of other processes' CPU on its ranks' cores in the profiled window, where every rank
+    # recorded it (traces.window_cpu; passes.ring_pace prices the pace on the cores left)
+    host_other_cores: dict[str, float] = field(default_factory=dict)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)
     # TF: a padded all-gather of a sparse gradient (traces.xplane_run.padded_key) -> each profiled worker's rows per step
     # (passes.padded_gathers prices N workers' padding from them; {}: none, or not recorded)

@@ -311,9 +311,9 @@ def gloo_cpu_note(g: Graph, cores: int | None) -> str | None:
 
 def ring_pace_note(g: Graph, workers: int, cores: int | None, ranks_per_host: int | None = None) -> str | None:
     """A JAX ``--workers N --cores C`` answer whose ranks on a host outnumber its cores, said in one line: ``share_cores``
-    prices each gloo call's ring steps at least at the scheduler's pace (``passes.ring_pace``). None where that is not
-    priced (no --cores, no process CPU recorded, or ``ring_pace``'s rule: the ranks within the cores, not JAX on gloo with
-    its arrays read)."""
+    prices each gloo call's ring steps at least at the scheduler's pace (``passes.ring_pace``), and the other processes'
+    load the profile recorded. None where that is not priced (no --cores, no process CPU recorded, or ``ring_pace``'s rule:
+    the ranks within the cores, not JAX on gloo with its arrays read)."""
     pace = ring_pace(g, ranks_per_host or workers, cores) if cores and rank_cpu(g) is not None else None
     if pace is None:
         return None
@@ -324,4 +324,12 @@ def ring_pace_note(g: Graph, workers: int, cores: int | None, ranks_per_host: in
             f"so each gloo call's ring step is priced at least {pace.step_us / 1e3:.2f} ms, the scheduler's pace ({pace.law}, from "
             f"{tick}; bench/ring_probe.py measures it), whatever its bytes: {calls:.0f} calls a step x {steps} ring steps an all-reduce, "
             f"at least {calls * steps * pace.step_us / 1e3:.0f} ms of collectives a step (a profile with its ranks within the cores "
-            "holds none of it: its ring ran at its own pace)")
+            "holds none of it: its ring ran at its own pace)" + _other_load(g))
+
+
+def _other_load(g: Graph) -> str:
+    """The other processes' CPU the profiled hosts recorded beside the job (``GraphMeta.host_other_cores``), said, not priced
+    (``passes.ring_pace``: priced on the cores it leaves, it moved 4 of 5 cells away)."""
+    other = max(g.meta.host_other_cores.values(), default=None)
+    return "" if other is None else (f"; other processes took {other:.2f} of a core beside the profiled window, which the "
+                                     "pace does not price (a loaded host's rings ran slower than it)")

@@ -18,6 +18,13 @@ its waits for a core (``passes.comm_cpu.off_lane_budget``); gloo's CPU stays the
 Held out (jaxring67, 2026-12-07, 3 cells, 2 of them beside other processes' CPU): mixer -37.1 -> -30.6 %, VAE +53.2 ->
 +48.5 %, GAT -7.3 -> -7.3 %; the VAE's excess is its 2-worker profile's gloo CPU carried x3 (why: its polling thread held
 a core 0.86 of its runnable time at 2 ranks on 2 cores, 0.46 at 4; priced so, tried and not kept: jax68 in evidence).
+
+On a loaded host the rings ran slower than the pace (jax68: mixer 1.22, GAT 2.19 ms a ring step beside 0.6 and 0.9 of a
+core of other processes' CPU). The profile records that load (``GraphMeta.host_other_cores``, ``traces.window_cpu``) and
+the note says it, unpriced: the pace on the cores it leaves, tick / 2(C - F), was tried (jax69, 2026-12-07): on five kept
+loaded and quiet cells (F from the bench's whole-job figure) median |error| 13.8 -> 25.5 %, 4 of 5 further (the others'
+share falls as 4 ranks crowd the cores: GAT 1.14 -> 0.89, MDN 1.25 -> 1.10 cores), and quiet held-out 4-worker jobs rang
+at 0.95-1.04 ms a step against the 1.00 priced, the step still over by 57-87 % from elsewhere.
 """
 from __future__ import annotations
 

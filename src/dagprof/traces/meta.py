@@ -16,6 +16,7 @@ import msgspec
 from .comm_kind import CommKind
 from .host_segments import HostSegments
 from .run_schema import DdpApi, FsdpInfo, Manifest, ZeroInfo
+from .window_cpu import WindowCpu
 
 
 @dataclass(frozen=True)
@@ -394,6 +395,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     grad_clips: dict[int, GradClip] = {}  # dagprof runs: profiled step -> its clip_grad_norm_ calls ({}: none, or an older file)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
+    window_cpu: WindowCpu | None = None  # TF/JAX: the window's wall, its cores' busy and its process's CPU time (None: not recorded)
     # TF: a sparse gradient's all-gather in either branch (event) -> [this worker's rows, bytes a row]; the branch that pads
     # unequal row counts sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
     padded_rows: dict[int, list[int]] = {}

@@ -27,6 +27,7 @@ from .events import Kind, RankTrace, Run
 from .meta import Collectives, PaddedGather, RankGap, RunMeta, RunWarning, split_at_window, step_scheds, tx_bytes_per_step, warnings_of
 from .run_schema import Count, CpuList, checked_cpu_set, refuse_ranks_beyond
 from .tf_xplane import merge_rank_figures, rank_from_path, read_xplane
+from .window_cpu import WindowCpu
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
 
 
@@ -71,6 +72,7 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     cpu_set: CpuList = ""  # which cores (files before 2026-12-06 lack it)
     kernel_hz: Count | None = None
     window_tx_bytes: Count | None = None  # rank files before the count lack it
+    window_cpu: WindowCpu | None = None  # the window's wall, its cores' busy and its process's CPU time (files before 2026-12-07 21:00 UTC lack it)
     # per step, profiled or not: the thread marking the steps' CPU and waits for a core, its process's CPU, the times it got a
     # core (``collect.hooks.thread_sched``, as a torch rank file's; files before 2026-12-06 lack them)
     thread_sched_ns: list[tuple[Count, Count, Count]] = []
@@ -156,6 +158,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
         trace.meta.window_tx_bytes_per_step = tx_bytes_per_step(info.window_tx_bytes, info.steps_profiled)
+        trace.meta.window_cpu = info.window_cpu
         trace.meta.pid = info.pid
         trace.host = trace.host or info.host  # the profile's own host name, else the rank file's
         trace.meta.cpus = info.cpus or 0

@@ -18,8 +18,11 @@ import time
 import warnings
 from typing import Any, Callable, ContextManager, Iterator
 
+import msgspec
+
 from ...fsutil import atomic_open
 from ...traces import cpu_sets
+from ...traces.window_cpu import WindowCpu
 from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, CollectiveSizes, rank_file, rank_logdir
 from .thread_sched import ThreadSched
 
@@ -48,6 +51,19 @@ def net_tx_bytes() -> int | None:
             return sum(int(line.split(":", 1)[1].split()[8]) for line in f.readlines()[2:])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def cpu_now() -> tuple[int, int, int] | None:
+    """(now, the busy time of the cores this process may run on: ``/proc/stat``'s time of theirs neither idle nor in
+    iowait, this process's CPU time), ns, for ``traces.window_cpu.WindowCpu``; None where ``/proc/stat`` does not read."""
+    cores = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+    try:
+        with open("/proc/stat") as f:  # user nice system idle iowait irq softirq steal (guest time is in user already)
+            ticks = sum(sum(int(v) for i, v in enumerate(line.split()[1:9]) if i not in (3, 4))
+                        for line in f if line.split(maxsplit=1)[0] in cores)
+    except (OSError, IndexError, ValueError):
+        return None
+    return time.monotonic_ns(), ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK"), time.process_time_ns()
 
 
 def kernel_hz() -> int | None:
@@ -159,6 +175,8 @@ class StepWindow:
         # the interfaces' sent bytes at the window's first profiled step's start and its last's end: what the wire carried
         # per step beside the collectives' payload (headers, acknowledgements, small messages), for the bench's link rate
         self.tx_bytes: list[int | None] = [None, None]
+        # ``cpu_now`` at the same two points: the CPU other processes took on these cores (``traces.window_cpu``)
+        self.cpu_marks: list[tuple[int, int, int] | None] = [None, None]
         self._written = -1  # unprofiled steps in the rank file as last written
 
     @property
@@ -233,6 +251,7 @@ class StepWindow:
         self.done = self.lost = self.ended = False
         self.step_times_ns.clear()
         self.tx_bytes = [None, None]
+        self.cpu_marks = [None, None]
         return True
 
     def step_begin(self, step: int) -> None:
@@ -250,7 +269,7 @@ class StepWindow:
         self.sched.begin()
         self._t0, self._t0_profiled = time.time_ns(), self.active
         if self.active and not self.step_times_ns:
-            self.tx_bytes[0] = net_tx_bytes()
+            self.tx_bytes[0], self.cpu_marks[0] = net_tx_bytes(), cpu_now()
 
     def step_end(self, step: int) -> None:
         """Step ``step`` ended: a profiled one's span, an unprofiled one's duration (up to ``MAX_UNPROFILED`` of them)."""
@@ -260,7 +279,7 @@ class StepWindow:
             if self._t0_profiled:
                 if self.active:  # a profiler that failed in the step leaves no trace of it
                     self.step_times_ns[step] = (self._t0, time.time_ns())
-                    self.tx_bytes[1] = net_tx_bytes()
+                    self.tx_bytes[1], self.cpu_marks[1] = net_tx_bytes(), cpu_now()
             elif len(self.unprofiled_ns) < MAX_UNPROFILED:
                 self.unprofiled_ns[step] = time.time_ns() - self._t0
         self._t0 = None
@@ -324,6 +343,9 @@ class StepWindow:
             info["kernel_hz"] = hz
         if profiled and None not in self.tx_bytes:
             info["window_tx_bytes"] = self.tx_bytes[1] - self.tx_bytes[0]  # type: ignore[operator]
+        window = _window_cpu(*self.cpu_marks) if profiled else None
+        if window is not None:
+            info["window_cpu"] = msgspec.structs.asdict(window)
         manifest = {
             "format": FORMAT, "version": VERSION, "framework": self.framework, "world_size": self.world_size,
             "steps_requested": [self.requested.start, self.requested.stop], "created_ns": time.time_ns(),
@@ -333,6 +355,13 @@ class StepWindow:
         with atomic_open(os.path.join(self.out_dir, MANIFEST)) as f:  # every rank writes the same job-wide facts
             json.dump(manifest, f, indent=1)
         self._written = len(self.unprofiled_ns)
+
+
+def _window_cpu(begin: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> WindowCpu | None:
+    """The window between two ``cpu_now`` reads; None where either did not read or the clock stood still."""
+    if begin is None or end is None or end[0] <= begin[0]:
+        return None
+    return WindowCpu(wall_ns=end[0] - begin[0], cores_busy_ns=max(0, end[1] - begin[1]), own_cpu_ns=max(0, end[2] - begin[2]))
 
 
 class LoopProfile:
