@@ -75,6 +75,7 @@ def test_the_note_says_the_pace_where_it_applies(graph):
     """Said for 4 workers on 2 cores, with the tick and the threads; not without --cores or where the ranks fit the cores."""
     note = ring_pace_note(graph, 4, 2)
     assert note is not None and "4 ms" in note and "4 JAX ranks (2 gloo threads each)" in note and "bench/ring_probe.py" in note
+    assert "the scheduler's pace (half the tick over 2 cores, from the 4 ms tick of the profiled host's kernel;" in note, note
     assert ring_pace_note(graph, 4, None) is None and ring_pace_note(graph, 2, 2) is None
 
 
