@@ -113,13 +113,13 @@ def test_kept_costs_read_for_this_machine_and_model_else_measured_again(tmp_path
         kept.write_text(json.dumps(d | {"machine": this_machine(), "shapes": shapes} | changed))
         return codec_costs(order, (2, 4), out, str(kept))
 
-    costs, said = price()
-    assert costs is not measured and "read from" in said and CodecCosts.load(out) == costs  # the output folder holds what priced
+    found = price()
+    assert found.costs is not measured and "read from" in found.note and CodecCosts.load(out) == found.costs  # the output folder holds what priced
     first = next(p for p, s in shapes.items() if len(s) == 2)
     for changed, why in (({"machine": "other x86_64"}, "'other x86_64'"), ({"shapes": shapes | {first: [3, 3]}}, f"{first} as [3, 3]"),
                          ({"shapes": {}}, "no gradient shapes")):
-        costs, said = price(**changed)
-        assert costs is measured and "measured on this machine again" in said and why in said
+        found = price(**changed)
+        assert found.costs is measured and "measured on this machine again" in found.note and why in found.note
     kept.write_text('{"format": "dagprof-codec')
     with pytest.raises(DagprofError, match="kept.json: .*delete it to measure them again"):
         codec_costs(order, (2, 4), out, str(kept))
