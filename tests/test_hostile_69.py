@@ -96,6 +96,23 @@ def test_the_mark_knows_both_manifests():
     assert set(MANIFESTS) == {MANIFEST, MXNET_MANIFEST}
 
 
+BLOCKED = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("numpy", "msgspec"):
+            raise ImportError(f"{name} is not in MXNet's Python")
+sys.meta_path.insert(0, Block())
+from dagprof.collect.hooks import mxnet_ps
+print(mxnet_ps.profiling_mark.INCOMPLETE)
+"""
+
+
+def test_the_mxnet_launcher_imports_without_dagprofs_dependencies():
+    """It runs under MXNet's Python (numpy < 1.24, no msgspec): the mark it leaves and its signal handling import there."""
+    got = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, cwd=REPO / "src")
+    assert got.returncode == 0 and got.stdout.strip() == INCOMPLETE, got.stderr
+
 def _mxnet_python() -> str:
     python = os.environ.get("DAGPROF_MXNET_PYTHON")
     if not python:
