@@ -30,6 +30,14 @@ def _job_processes(out: Path) -> list[int]:
     return pids
 
 
+def _ended(out: Path, within_s: float = 30) -> bool:
+    """Whether every process of the job ended within ``within_s`` (each was asked to, its ``timeout`` wrapper kills it 5 s on)."""
+    deadline = time.monotonic() + within_s
+    while _job_processes(out) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _job_processes(out)
+
+
 def _stopped(argv: list[str], out: Path, ready, sig: int) -> tuple[int, str]:
     """``argv`` (a launcher of an MXNet job into ``out``) stopped by ``sig`` once ``ready(out)``; its exit status and output."""
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -70,11 +78,7 @@ def test_the_mxnet_launcher_stopped_by_a_signal_leaves_its_folder_marked(tmp_pat
     (out / MX_MANIFEST).write_text("{}")  # an earlier run's manifest is not read beside this run's traces
     rc, text = _stopped([sys.executable, "-c", SLEEPERS, str(out)], out, lambda o: len(_job_processes(o)) == 4, sig)
     assert rc != 0 and "KeyboardInterrupt" in text, text  # raised out of launch_command: its caller says it (next test)
-    assert (out / INCOMPLETE).exists() and not (out / MX_MANIFEST).exists()
-    deadline = time.monotonic() + 30
-    while _job_processes(out) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _job_processes(out)
+    assert (out / INCOMPLETE).exists() and not (out / MX_MANIFEST).exists() and _ended(out)
     _refused(capsys, out)
 
 
@@ -132,5 +136,5 @@ def test_an_mxnet_profile_stopped_by_a_signal_is_refused_as_incomplete(tmp_path,
             _mxnet_python(), str(REPO / "bench/frameworks/mx_mlp.py"), "--steps", "100000"]
     rc, text = _stopped(argv, out, lambda o: (o / written).exists(), sig)
     assert rc == 130 and "dagprof profile: interrupted" in text, text
-    assert (out / INCOMPLETE).exists() and not (out / MX_MANIFEST).exists() and not _job_processes(out)
+    assert (out / INCOMPLETE).exists() and not (out / MX_MANIFEST).exists() and _ended(out), _job_processes(out)
     _refused(capsys, out)
