@@ -45,7 +45,7 @@ import time
 from typing import Callable
 
 from ...traces import cpu_sets, mxnet_mark, profiling_mark  # standard library only, like this module
-from .stop_signals import deferred, terminate_raises
+from .stop_signals import terminate_raises
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # traces.mxnet.VERSION: the reader's
@@ -368,8 +368,7 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
                     env["PYTHONPATH"] = served_path
                 log = os.path.join(out, {"scheduler": "scheduler", "server": f"server{node}", "worker": f"worker{node - servers}"}[role] + ".log")
                 argv, where = (wrap + list(command), cwd) if role == "worker" else (serve, out)
-                with deferred():  # a stop acts once the process is in ``procs``, to be stopped with the others
-                    procs.append((os.path.basename(log)[:-4], spawn(node, argv, env, log, cwd=where)))
+                procs.append((os.path.basename(log)[:-4], spawn(node, argv, env, log, cwd=where)))
             _wait_all(procs, time.monotonic() + timeout_s + 10, out)
             for s in range(servers):  # MXNet prints and ignores a server's exception (an optimizer it cannot unpickle) and exits 0
                 failed = _ignored_exception(os.path.join(out, f"server{s}.log"))
@@ -382,9 +381,8 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
 
 def _stop(procs) -> None:
     """End the processes still running. Each is a ``timeout`` wrapper: SIGTERM first, which it passes on to the command it
-    runs; a SIGKILL to the wrapper alone would leave its command running (the workers of a job whose server MXNet aborted
-    stayed behind, waiting for their scheduler, an hour on; a worker sent SIGTERM as it started missed it and trained on),
-    so one still running after 5 s is killed with its command, the process group ``timeout`` leads."""
+    runs; a SIGKILL alone ends the wrapper and leaves its command running (the workers of a job whose server MXNet aborted
+    stayed behind, waiting for their scheduler, an hour on)."""
     live = [p for p in procs if p.poll() is None]
     for p in live:
         p.terminate()
@@ -393,10 +391,7 @@ def _stop(procs) -> None:
         try:
             p.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # a group of its own unless a spawn put it elsewhere: then the wrapper alone
-            except (ProcessLookupError, PermissionError):
-                p.kill()
+            p.kill()
             p.wait()
 
 

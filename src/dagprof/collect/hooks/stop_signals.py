@@ -5,8 +5,7 @@ torchrun sends SIGTERM to the other ranks when one fails. A rank's completed ste
 program's own handler still runs, and the default still kills the process by the same signal, as without dagprof.
 
 A launcher waiting for its job (``collect.jobs.launch``, ``mxnet_ps.launch_command``) takes SIGTERM as SIGINT instead
-(``terminate_raises``), so it stops the job and tidies up rather than dying at once; while it starts a process it holds
-both back (``deferred``) until the process is in hand to stop. Standard library only.
+(``terminate_raises``), so it stops the job and tidies up rather than dying at once. Standard library only.
 """
 from __future__ import annotations
 
@@ -79,22 +78,3 @@ def terminate_raises() -> Iterator[None]:
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextlib.contextmanager
-def deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM that come while the block runs raised (``KeyboardInterrupt``) as it ends, not inside it: a stop
-    while ``subprocess.Popen`` starts a process would leave the process running and its caller without it to stop (a
-    worker of an MXNet job stopped as it started trained on alone). Main thread only; elsewhere the block runs as is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, frame: came.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, prev in old.items():
-            signal.signal(sig, prev)
-    if came:
-        raise KeyboardInterrupt(f"signal {came[0]}")
