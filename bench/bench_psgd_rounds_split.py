@@ -47,7 +47,7 @@ def priced(work: str, round_a: str, strategy_path: str) -> list[dict[str, float]
     link = os.path.join(work, "link.json")
     cluster = or_calibrated(job, link if os.path.exists(link) else None)  # a cell searched without --link-model-calibrate has none
     c = st.compression
-    costs = in_job(codec_costs(order, (c.rank,), os.path.join(os.path.dirname(strategy_path), CODEC_COSTS_FILE))[0], job)
+    costs = in_job(codec_costs(order, (c.rank,), os.path.join(os.path.dirname(strategy_path), CODEC_COSTS_FILE)).costs, job)
     chained = chained_in_job(cluster, profiled_stretch(p.run))
     beside = slowdown_in(cluster)[0]
     price = chained_line(chained, BucketSlots(p.graph, order).price)  # the line PowerSGD's all-reduces are priced on

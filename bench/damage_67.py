@@ -14,6 +14,7 @@ the DQN's thread records (a negative or NaN wait, rows cut short, another host, 
 emptied, gzip'd, of another machine or other shapes, of a newer layout, NaN/negative/infinite, a folder, a link loop::
 
     python bench/damage_67.py [--kinds gat-log,codec] [--damages other-run,cc-nan] [--glow DIR] [--json FILE] [--src DIR]
+                              [--json-only | --text-only]
     python bench/damage_67.py --compare BEFORE.json AFTER.json
 """
 from __future__ import annotations
@@ -322,25 +323,28 @@ def judged(row: dict) -> dict:
     return row
 
 
-def register(files: Path, json_only: bool = False) -> None:
+def register(files: Path, form: str | None = None) -> None:
     """This file's features and flags added to ``damage_63``'s tables, after ``damage_66``'s; ``BAD`` made ``files``.
-    ``json_only``: each command with ``--json`` only (the text twin reads the same files; half the runs)."""
+    ``form``: each command in that form only, ``json`` (with ``--json``) or ``text`` (without: the twin reads the same
+    files and renders another way; half the runs); None: both."""
     d66.register()
     d63.FEATURE.update(FEATURE)
     d63.FLAGS.update({d: ([w.replace(BAD, str(files)) for w in argv], ks, ok) for d, (argv, ks, ok) in FLAGS.items()})
-    if json_only:
+    if form is not None:
         both = d63.commands
-        d63.commands = lambda *a: [argv for argv in both(*a) if "--json" in argv]
+        d63.commands = lambda *a: [argv for argv in both(*a) if ("--json" in argv) == (form == "json")]
 
 
 def main() -> int:
     ap = d63.sweep_parser(__doc__, "/tmp/damage67/cases", ["gat-log", "gat-kin", "dqn-loaded", "clip-late", "clip-xplane", "hsdp-tf",
                                                            "glow", "codec", "cli"], [*RANK, *THREAD, *FLAGS])
     ap.add_argument("--glow", help="a dagprof profile of bench/fsdp_fresh/hsdp_glow.py --shard 2 (2 ranks)")
-    ap.add_argument("--json-only", action="store_true", help="each command with --json only")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--json-only", action="store_const", const="json", dest="form", help="each command with --json only")
+    only.add_argument("--text-only", action="store_const", const="text", dest="form", help="each command without --json only")
     a = ap.parse_args()
     files = Path(a.out) / "files"
-    register(files, a.json_only)
+    register(files, a.form)
     if not a.compare:
         bad_files(Path(a.out))
     return d63.sweep_main(a, lambda: kinds(a.glow), lambda k, d, r: make_case(k, d, r, files), judged)

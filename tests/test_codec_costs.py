@@ -9,7 +9,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.collect.measure import codec_costs as measure
 from dagprof.collect.measure.codec_costs import measure_codec_costs
-from dagprof.costmodel.codecs import CodecCosts, this_machine
+from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost, this_machine
 from dagprof.errors import DagprofError
 from dagprof.passes.gradients import GradientOrder, gradient_order
 from dagprof.pipeline import open_run
@@ -37,6 +37,31 @@ def test_older_cost_files_load_without_the_whole_hook():
     c = CodecCosts.from_dict(d)
     assert c.powersgd_bucket_us == 0.0 and not c.powersgd[2]["w"].whole  # priced by the kernels alone, as before
 
+
+
+KEPT = CodecCosts({"fp16": 1e-3, "bf16": 2e-3}, {"fp16": 3e-3}, {2: {"w": PowerSGDCost(1.0, 2.0, 3.0)}}, 4e-4, "m", 9.0, 50.0, {"w": (4, 8)})
+
+
+def test_a_cost_file_reads_back_typed_as_written():
+    """Written as JSON (PowerSGD's ranks as string keys, shapes as lists) and read back field by field as the same costs."""
+    d = json.loads(json.dumps(KEPT.to_dict()))
+    assert d["format"] == "dagprof-codec-costs" and list(d["powersgd"]) == ["2"] and d["shapes"] == {"w": [4, 8]}
+    assert CodecCosts.from_dict(d) == KEPT
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda d: d.pop("encode_us_per_byte"), "Object missing required field `encode_us_per_byte`"),
+    (lambda d: d["powersgd"].update(two={}), "Expected `int`, got `str` - at `key` in `$.powersgd`"),
+    (lambda d: d["decode_us_per_byte"].update(fp16=True), "Expected `float`, got `bool` - at `$.decode_us_per_byte[...]`"),
+    (lambda d: d["powersgd"]["2"]["w"].pop("middle_us"), "Object missing required field `middle_us` - at `$.powersgd[...][...]`"),
+    (lambda d: d.update(copy_us_per_byte="fast"), "Expected `float`, got `str` - at `$.copy_us_per_byte`"),
+    (lambda d: d.update(shapes={"w": [4, 8.5]}), "Expected `int`, got `float` - at `$.shapes[...][1]`")])
+def test_a_malformed_cost_file_is_refused_in_one_line_naming_the_field(edit, said):
+    d = json.loads(json.dumps(KEPT.to_dict()))
+    edit(d)
+    with pytest.raises(DagprofError) as err:
+        CodecCosts.from_dict(d, "kept.json")
+    assert str(err.value) == f"kept.json: malformed codec-cost file: {said}"
 
 def test_hook_timed_fastest_of_runs_alternating_with_the_empty_bucket():
     # the statistic itself, on recorded stretches: a loaded machine only adds time, so each stretch is the fastest run's,
@@ -88,13 +113,13 @@ def test_kept_costs_read_for_this_machine_and_model_else_measured_again(tmp_path
         kept.write_text(json.dumps(d | {"machine": this_machine(), "shapes": shapes} | changed))
         return codec_costs(order, (2, 4), out, str(kept))
 
-    costs, said = price()
-    assert costs is not measured and "read from" in said and CodecCosts.load(out) == costs  # the output folder holds what priced
+    found = price()
+    assert found.costs is not measured and "read from" in found.note and CodecCosts.load(out) == found.costs  # the output folder holds what priced
     first = next(p for p, s in shapes.items() if len(s) == 2)
     for changed, why in (({"machine": "other x86_64"}, "'other x86_64'"), ({"shapes": shapes | {first: [3, 3]}}, f"{first} as [3, 3]"),
                          ({"shapes": {}}, "no gradient shapes")):
-        costs, said = price(**changed)
-        assert costs is measured and "measured on this machine again" in said and why in said
+        found = price(**changed)
+        assert found.costs is measured and "measured on this machine again" in found.note and why in found.note
     kept.write_text('{"format": "dagprof-codec')
     with pytest.raises(DagprofError, match="kept.json: .*delete it to measure them again"):
         codec_costs(order, (2, 4), out, str(kept))

@@ -25,11 +25,11 @@ def _first_psgd(d: dict) -> dict:
 
 
 @pytest.mark.parametrize(("damage", "said"), [
-    (lambda d: d["encode_us_per_byte"].update(fp16=math.nan), "encode_us_per_byte fp16 is nan, not a cost"),
-    (lambda d: d["decode_us_per_byte"].update(bf16=-3.0), "decode_us_per_byte bf16 is -3.0, not a cost"),
-    (lambda d: _first_psgd(d).update(encode_us=math.inf), "encode_us is inf, not a cost"),
-    (lambda d: d.update(reference_op_us=-1953.4), "reference_op_us is -1953.4, not a cost"),
-    (lambda d: d.update(powersgd=list(d["powersgd"].values())), "powersgd is a list, not an object"),
+    (lambda d: d["encode_us_per_byte"].update(fp16=math.nan), "Expected `float` >= 0.0 - at `$.encode_us_per_byte[...]`"),
+    (lambda d: d["decode_us_per_byte"].update(bf16=-3.0), "Expected `float` >= 0.0 - at `$.decode_us_per_byte[...]`"),
+    (lambda d: _first_psgd(d).update(encode_us=math.inf), "Expected `float` <= 1e+16 - at `$.powersgd[...][...].encode_us`"),
+    (lambda d: d.update(reference_op_us=-1953.4), "Expected `float` >= 0.0 - at `$.reference_op_us`"),
+    (lambda d: d.update(powersgd=list(d["powersgd"].values())), "Expected `object`, got `array` - at `$.powersgd`"),
     (lambda d: d.update(version=2, encode_us_per_byte={k: {"median": v} for k, v in d["encode_us_per_byte"].items()}),
      "codec-cost layout version 2, this dagprof reads 1")])
 def test_kept_codec_costs_with_a_cost_no_run_measures_are_refused(tmp_path, damage, said):

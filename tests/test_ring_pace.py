@@ -3,10 +3,12 @@ whose ranks' communication threads outnumber the cores waits at least each gloo 
 Recording: ``tf-jax/shardmap-threads``."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from dagprof.passes.comm_cpu import keep_comm_cpu
+from dagprof.passes.comm_cpu import keep_comm_cpu, lane_cpu, off_lane_budget
 from dagprof.passes.compute import ring_pace_note, share_cores
 from dagprof.passes.ring_pace import TICK_US, pace_us, paced_us, ring_pace
 from dagprof.passes.workers import scale_workers
@@ -73,6 +75,7 @@ def test_the_note_says_the_pace_where_it_applies(graph):
     """Said for 4 workers on 2 cores, with the tick and the threads; not without --cores or where the ranks fit the cores."""
     note = ring_pace_note(graph, 4, 2)
     assert note is not None and "4 ms" in note and "4 JAX ranks (2 gloo threads each)" in note and "bench/ring_probe.py" in note
+    assert "the scheduler's pace (half the tick over 2 cores, from the 4 ms tick of the profiled host's kernel;" in note, note
     assert ring_pace_note(graph, 4, None) is None and ring_pace_note(graph, 2, 2) is None
 
 
@@ -84,3 +87,21 @@ def test_the_answer_moves_exactly_where_the_note_says_so(graph, workers):
     out = share_cores(g, 2, replayer=replay)
     moved = any(out.node_name(i).endswith("waits for a core)") for i in range(len(out)))
     assert moved == (ring_pace_note(graph, workers, 2) is not None) == (workers > 2)
+
+
+def test_off_lane_waits_only_where_some_is_above_zero(graph):
+    """``off_lane_budget`` builds its waits one way, with a pace or without: the waits for a core (``wait_per_cpu`` x each
+    row's CPU), the most of them and the pace's floor, and none where no row waits (no node of zero wait in the graph)."""
+    four = scale_workers(graph, 4)
+    priced = lane_cpu(four, 4, 2)
+    moved = np.full(len(four.devices), -1)  # every lane onto the shared cores
+    assert off_lane_budget(four, priced, moved).wait_us is None  # no wait per CPU, no pace
+    idle = {r: replace(p, off_lane_us=0.0) for r, p in priced.items()}
+    assert off_lane_budget(four, idle, moved, 0.5).wait_us is None  # no CPU off the lanes, so nothing waits for a core
+    busy = off_lane_budget(four, priced, moved, 0.5)
+    assert (busy.cpu_us > 0).all() and busy.wait_us == pytest.approx(busy.cpu_us * 0.5)
+    assert off_lane_budget(four, idle, moved, 0.5, ring_pace(four, 4, 2)).wait_us is None  # the recorded tick's pace binds nowhere
+    slow = four.replace(meta=four.meta.replace(host_tick_us={h: 4 * t for h, t in four.meta.host_tick_us.items()}))
+    pace = ring_pace(slow, 4, 2)
+    paced = off_lane_budget(slow, idle, moved, 0.5, pace)  # a 16 ms tick's pace outlasts every collective
+    assert paced.wait_us == pytest.approx(paced_us(slow, paced.comm, pace) - slow.dur[paced.comm])

@@ -14,7 +14,7 @@ from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..graph.meta import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
-from ..traces.profiling_mark import INCOMPLETE, mark
+from ..traces.profiling_mark import INCOMPLETE, marked
 from ..traces.rank_warnings import merge_rank_warnings
 from ..traces.run_schema import REPLICATE_API
 from ..traces.steps import DEFAULT_STEPS, iteration_us
@@ -92,23 +92,15 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _launch_marked(out: str, created: bool, cmd: list[str], bootstrap) -> int:
-    """``launch`` with ``profiling_mark``'s mark in ``out`` while the job runs, removed when it ends, or when a signal
-    stops it after the ranks began writing (their own records then say which steps a stop cut); left only where this
-    process dies without a word (SIGKILL, the out-of-memory killer). A folder this run created that holds nothing else
-    is removed, as a failed command creates no empty folder."""
+    """``launch`` with ``profiling_mark``'s mark in ``out`` while the job runs (``marked``: left where a signal stopped
+    it before the ranks wrote the manifest, or this process died without a word: SIGKILL, the out-of-memory killer). A
+    folder this run created that holds nothing else is removed, as a failed command creates no empty folder."""
     from ..collect.jobs.launch import launch
-    from ..traces.run_schema import MANIFEST
 
-    path = mark(out, cmd)
-    stopped = False
     try:
-        return launch(cmd, bootstrap)
-    except KeyboardInterrupt:
-        stopped = True
-        raise
+        with marked(out, cmd):
+            return launch(cmd, bootstrap)
     finally:
-        if not stopped or os.path.exists(os.path.join(out, MANIFEST)):
-            os.unlink(path)
         if created and set(os.listdir(out)) <= {INCOMPLETE}:
             shutil.rmtree(out)
 

@@ -16,8 +16,10 @@ import json
 import math
 import os
 import platform
-from dataclasses import asdict, astuple, dataclass, field
-from typing import Literal
+from dataclasses import astuple, dataclass, field
+from typing import Annotated, Literal
+
+import msgspec
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
@@ -26,6 +28,10 @@ FORMAT = "dagprof-codec-costs"
 VERSION = 1
 MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress a matrix only when that saves 2x
 CodecName = Literal["none", "fp16", "bf16", "powersgd"]  # as the strategy file stores it (``compression.codec``)
+# A cost in microseconds (or per byte) as a file holds it: a finite number >= 0 (a kept file edited by hand or by another
+# tool is refused naming the field: a NaN or negative cost reached the replay as an op of no valid length, an infinite one
+# hid PowerSGD); the upper bound (317 years in microseconds) refuses infinity
+Cost = Annotated[float, msgspec.Meta(ge=0.0, le=1e16)]
 
 
 @dataclass(frozen=True)
@@ -49,13 +55,13 @@ class Codec:
 
 @dataclass(frozen=True)
 class PowerSGDCost:
-    encode_us: float
-    middle_us: float
-    decode_us: float
+    encode_us: Cost
+    middle_us: Cost
+    decode_us: Cost
     # torch's hook whole on a bucket of this gradient, less a bucket that compresses nothing (all 0: not measured):
-    hook_issue_us: float = 0.0  # to its first all-reduce
-    hook_middle_us: float = 0.0  # between its first and last all-reduce
-    hook_decode_us: float = 0.0  # after its last all-reduce
+    hook_issue_us: Cost = 0.0  # to its first all-reduce
+    hook_middle_us: Cost = 0.0  # between its first and last all-reduce
+    hook_decode_us: Cost = 0.0  # after its last all-reduce
 
     @property
     def whole(self) -> bool:
@@ -64,13 +70,13 @@ class PowerSGDCost:
 
 @dataclass
 class CodecCosts:
-    encode_us_per_byte: dict[str, float] = field(default_factory=dict)  # "fp16"/"bf16" -> us per fp32 byte
-    decode_us_per_byte: dict[str, float] = field(default_factory=dict)
+    encode_us_per_byte: dict[str, Cost]  # "fp16"/"bf16" -> us per fp32 byte
+    decode_us_per_byte: dict[str, Cost]
     powersgd: dict[int, dict[str, PowerSGDCost]] = field(default_factory=dict)  # rank -> parameter -> cost
-    copy_us_per_byte: float = 0.0  # a plain memory copy (PowerSGD's clone, cat and error update)
+    copy_us_per_byte: Cost = 0.0  # a plain memory copy (PowerSGD's clone, cat and error update)
     machine: str = ""
-    reference_op_us: float = 0.0  # collect.measure.overlap's reference op timed beside these costs (0: not timed)
-    powersgd_bucket_us: float = 0.0  # torch's PowerSGD hook whole on a bucket of one scalar: its cost per bucket (0: not measured)
+    reference_op_us: Cost = 0.0  # collect.measure.overlap's reference op timed beside these costs (0: not timed)
+    powersgd_bucket_us: Cost = 0.0  # torch's PowerSGD hook whole on a bucket of one scalar: its cost per bucket (0: not measured)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each measured gradient's shape (empty: older files kept none)
 
     def scaled(self, factor: float) -> "CodecCosts":
@@ -82,29 +88,19 @@ class CodecCosts:
                           self.shapes)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["powersgd"] = {str(r): {p: asdict(c) for p, c in per.items()} for r, per in self.powersgd.items()}
-        return {"format": FORMAT, "version": VERSION, **d}
+        return {"format": FORMAT, "version": VERSION, **msgspec.to_builtins(self, str_keys=True)}
 
     @classmethod
     def from_dict(cls, d: dict, path: str | None = None) -> "CodecCosts":
-        """Every cost a finite number >= 0 (a kept file edited by hand or by another tool is refused naming the field, not
-        priced: a NaN or negative cost reached the replay as an op of no valid length, an infinite one hid PowerSGD)."""
+        """The costs a file's document holds, typed by their fields (each a ``Cost``; PowerSGD's ranks, JSON's string keys,
+        as numbers), else refused in one line naming the field."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise DagprofError("not a dagprof codec-cost file", path)
         if (version := d.get("version", VERSION)) != VERSION:  # files before the version was written are version 1
             raise DagprofError(f"codec-cost layout version {version!r}, this dagprof reads {VERSION}: written by another dagprof", path)
         try:
-            return cls({str(k): _cost(v, f"encode_us_per_byte {k}") for k, v in _mapping(d["encode_us_per_byte"], "encode_us_per_byte")},
-                       {str(k): _cost(v, f"decode_us_per_byte {k}") for k, v in _mapping(d["decode_us_per_byte"], "decode_us_per_byte")},
-                       {int(r): {p: PowerSGDCost(**{k: _cost(v, f"PowerSGD rank {r} {p} {k}") for k, v in _mapping(c, f"PowerSGD rank {r} {p}")})
-                                 for p, c in _mapping(per, f"PowerSGD rank {r}")} for r, per in _mapping(d.get("powersgd", {}), "powersgd")},
-                       _cost(d.get("copy_us_per_byte", 0.0), "copy_us_per_byte"), str(d.get("machine", "")),
-                       _cost(d.get("reference_op_us", 0.0), "reference_op_us"), _cost(d.get("powersgd_bucket_us", 0.0), "powersgd_bucket_us"),
-                       {p: tuple(map(int, s)) for p, s in _mapping(d.get("shapes", {}), "shapes")})
-        except KeyError as err:
-            raise DagprofError(f"malformed codec-cost file: no {err} field", path) from None
-        except (TypeError, ValueError) as err:
+            return msgspec.convert(d, cls, str_keys=True)
+        except msgspec.ValidationError as err:
             raise DagprofError(f"malformed codec-cost file: {err}", path) from None
 
     def save(self, path: str) -> None:
@@ -118,20 +114,6 @@ class CodecCosts:
             return cls.from_dict(json.loads(read_input(path)), path)
         except (ValueError, UnicodeDecodeError) as err:
             raise DagprofError(f"cannot read codec costs: {err}", path) from None
-
-
-def _mapping(value, what: str):
-    """The items of the JSON object ``value``, else ``ValueError`` naming ``what``."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} is a {type(value).__name__}, not an object")
-    return value.items()
-
-
-def _cost(value, what: str) -> float:
-    """``value`` as a cost in microseconds (or per byte): a finite number >= 0, else ``ValueError`` naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{what} is {value!r}, not a cost (a finite number >= 0)")
-    return float(value)
 
 
 def this_machine() -> str:

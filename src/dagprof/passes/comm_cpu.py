@@ -492,7 +492,8 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
     step by bytes (1 B each: a step of empty collectives still shares), and where ``wait_per_cpu`` > 0 its waits for a
     core in the transfer, that many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the
     cores, ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace (the
-    waits for a core and the pace are one delay, the most of them counts). None where no rank issues one."""
+    waits for a core and the pace are one delay, the most of them counts); no waits where none is above zero. None where no
+    rank issues one."""
     indptr, pred = g.pred_csr
     comm, issue = [], []
     for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
@@ -512,11 +513,9 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
     # host work (the runtime's and gRPC's threads with the collective executor's), slowed beside collectives as the lanes' ops
     cpu_us = share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]])
     comm_at = np.array(comm, np.int64)
-    if pace is None:
-        return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us,
-                         cpu_us * wait_per_cpu if wait_per_cpu > 0 else None)
-    floor = paced_us(g, comm_at, pace)
-    wait = np.maximum(cpu_us * wait_per_cpu, floor - g.dur[comm_at])
+    wait = cpu_us * wait_per_cpu
+    if pace is not None:
+        wait = np.maximum(wait, paced_us(g, comm_at, pace) - g.dur[comm_at])
     return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us, wait if (wait > 0).any() else None)
 
 

@@ -320,8 +320,9 @@ def ring_pace_note(g: Graph, workers: int, cores: int | None, ranks_per_host: in
     calls, steps = float(g.meta.collective_operands_per_step or 0.0), 2 * (workers - 1)
     tick = f"the {pace.tick_us / 1e3:.3g} ms tick" + (" of the profiled host's kernel" if pace.tick_recorded else
                                                       " assumed (the profile did not record the host's)")
-    return (f"--workers {workers} --cores {cores}: {pace.ranks} JAX ranks ({THREADS_PER_RANK} gloo threads each) outnumber the {count(cores, 'core')}, "
-            f"so each gloo call's ring step is priced at least {pace.step_us / 1e3:.2f} ms, the scheduler's pace ({pace.law}, from "
+    shared = count(cores, 'core')
+    return (f"--workers {workers} --cores {cores}: {pace.ranks} JAX ranks ({THREADS_PER_RANK} gloo threads each) outnumber the {shared}, "
+            f"so each gloo call's ring step is priced at least {pace.step_us / 1e3:.2f} ms, the scheduler's pace (half the tick over {shared}, from "
             f"{tick}; bench/ring_probe.py measures it), whatever its bytes: {calls:.0f} calls a step x {steps} ring steps an all-reduce, "
             f"at least {calls * steps * pace.step_us / 1e3:.0f} ms of collectives a step (a profile with its ranks within the cores "
             "holds none of it: its ring ran at its own pace)" + _other_load(g))

@@ -56,11 +56,6 @@ class RingPace:
     def step_us(self) -> float:
         return pace_us(self.tick_us, self.cores)
 
-    @property
-    def law(self) -> str:
-        """``pace_us`` in words, with this pace's terms."""
-        return f"half the tick over {self.cores} cores"
-
 
 def pace_us(tick_us: float, cores: int) -> float:
     """A ring step's time where more runnable threads than ``cores`` share them: each step's poster waits for the next

@@ -4,6 +4,7 @@ codecs' costs (``collect.measure.codec_costs``), scaled to the job's load."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split, this_machine
@@ -120,7 +121,15 @@ def rank_load_note(run: Run) -> str | None:
             "load its own runs need not meet; profile again on quiet cores")
 
 
-def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None, kept: str | None = None) -> tuple[CodecCosts, str]:
+@dataclass(frozen=True, slots=True)
+class FoundCodecCosts:
+    """The codecs' costs ``codec_costs`` found for a model, and the note (one line) saying where they came from."""
+
+    costs: CodecCosts
+    note: str
+
+
+def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None, kept: str | None = None) -> FoundCodecCosts:
     """The codecs' costs for this model's gradients, and one line saying where they came from.
 
     ``kept``: an earlier run's file (``dagprof optimize``'s ``-o`` folder): read where it was measured on this machine for
@@ -141,18 +150,19 @@ def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str
         if not why:
             if path and os.path.abspath(path) != os.path.abspath(kept):
                 costs.save(path)
-            return costs, f"codec costs read from {kept}, measured on this machine ({costs.machine}) for these gradients: delete it to measure them again"
+            return FoundCodecCosts(costs, f"codec costs read from {kept}, measured on this machine ({costs.machine}) for these gradients: "
+                                          "delete it to measure them again")
     elif not kept and path and os.path.exists(path):
         costs = CodecCosts.load(path)
         if _complete(costs, shaped, powersgd_ranks):
-            return costs, f"codec costs read from {path}"
+            return FoundCodecCosts(costs, f"codec costs read from {path}")
     from ..collect.measure.codec_costs import measure_codec_costs
 
     costs = measure_codec_costs(shaped, tuple(powersgd_ranks))
     if path:
         costs.save(path)
-    return costs, (f"codec costs measured on this machine{f' again ({kept} {why})' if why else ''}"
-                   f"{f', kept in {kept} for the next run' if kept else ''}")
+    return FoundCodecCosts(costs, f"codec costs measured on this machine{f' again ({kept} {why})' if why else ''}"
+                                  f"{f', kept in {kept} for the next run' if kept else ''}")
 
 
 def _complete(costs: CodecCosts, shaped: list[tuple[str, tuple[int, ...]]], ranks: tuple[int, ...]) -> bool:

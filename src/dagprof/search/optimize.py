@@ -341,8 +341,8 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     # only from the job's own (``in_job``)
     job = job_overlap(run)
     cluster = or_calibrated(job, opts.link_model)
-    costs, costs_from = codec_costs(order, opts.powersgd_ranks, costs_file, kept_costs) if opts.allow_lossy else (None, None)
-    costs = in_job(costs, job)
+    found = codec_costs(order, opts.powersgd_ranks, costs_file, kept_costs) if opts.allow_lossy else None
+    costs = in_job(None if found is None else found.costs, job)
     opts = replace(opts, chained_allreduce=chained_in_job(cluster, profiled_stretch(run)))
     measured = cluster if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
@@ -352,8 +352,8 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     res = search(g, order, opts, costs, meta.layer_saved_bytes)
     if unmeasured:
         res.notes.append(NOT_MEASURED)
-    if costs_from:
-        res.notes.append(costs_from)
+    if found is not None:
+        res.notes.append(found.note)
     best = res.best.candidate
     if best.codec.name == "powersgd" and not opts.chained_allreduce.allreduce:
         res.warnings.append(chained_unmeasured(nonempty_allreduces(order, best.ends, best.codec.rank)))
@@ -383,7 +383,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     c = strategy.compression
     job = job_overlap(like)  # read once: the codecs' yardstick (the job's own only), the chained all-reduces, the slowdown
     cluster = or_calibrated(job, link_model)
-    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file)[0] if c.lossy else None, job)
+    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file).costs if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
     slowdown, rate = slowdown_in(cluster)
     ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate,

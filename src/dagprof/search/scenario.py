@@ -244,14 +244,14 @@ def _buckets(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is None and c.overlap:
         return g
-    flag = f"--bucket-mb {s.bucket_mb:g}" if s.bucket_mb is not None else "--no-overlap"
-    refuse_own_ddp_setup(g, flag.split()[0])
+    flag, asked = ("--no-overlap", "") if s.bucket_mb is None else ("--bucket-mb", f" {s.bucket_mb:g}")
+    refuse_own_ddp_setup(g, flag)
     cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)
     first = None if c.first_bucket_mb is None else c.first_bucket_mb * MB
     try:
         return set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
     except DagprofError as err:  # the pass's refusal (a step under find_unused_parameters, no backward) names the what-if asked
-        raise DagprofError(err.problem, err.path or flag) from None
+        raise DagprofError(err.problem, err.path or flag + asked) from None
 
 
 def _partition(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:

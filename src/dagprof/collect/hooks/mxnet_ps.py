@@ -44,7 +44,8 @@ import sys
 import time
 from typing import Callable
 
-from ...traces import cpu_sets, mxnet_mark  # standard library only, like this module
+from ...traces import cpu_sets, mxnet_mark, profiling_mark  # standard library only, like this module
+from .stop_signals import terminate_raises
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # traces.mxnet.VERSION: the reader's
@@ -327,11 +328,17 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
     """Run one job: the scheduler (beside server 0) and ``servers`` servers run this file's ``role`` program under
     ``python`` (default: the command's own Python when it starts with one), nodes ``servers..`` run ``command``
     as workers. Returns the manifest written to ``out/mxnet-run.json``. ``port``: the scheduler's, by default one free on
-    this host now (on a fixed one, a second job on the host, or one's leftover, failed to bind)."""
+    this host now (on a fixed one, a second job on the host, or one's leftover, failed to bind).
+
+    While the job runs ``out`` holds ``profiling_mark``'s mark, and SIGTERM stops it as SIGINT does (``KeyboardInterrupt``,
+    every process ended): a job stopped so has no manifest (it is written last) and leaves the mark, so every reader
+    refuses the folder in one line; an earlier run's manifest there is removed first, not read beside this run's traces."""
     if warmup < 1:
         raise ValueError("warmup must be >= 1 step (the first one initialises the kvstore)")
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
+    if os.path.exists(os.path.join(out, MANIFEST)):
+        os.remove(os.path.join(out, MANIFEST))
     if python is None:
         python = command[0] if os.path.basename(command[0]).startswith("python") else sys.executable
     path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
@@ -351,24 +358,25 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
     serve = wrap + [python, "-m", "dagprof.collect.hooks.mxnet_ps", "role"]
     plan = [("scheduler", 0)] + [("server", s) for s in range(servers)] + [("worker", servers + w) for w in range(workers)]
     procs = []
-    try:
-        for role, node in plan:
-            env = {**base, "DMLC_ROLE": role, "DMLC_NODE_HOST": addr(node)}
-            if ifname is not None:
-                env["DMLC_INTERFACE"] = ifname(node)
-            if role != "worker":
-                env["PYTHONPATH"] = served_path
-            log = os.path.join(out, {"scheduler": "scheduler", "server": f"server{node}", "worker": f"worker{node - servers}"}[role] + ".log")
-            argv, where = (wrap + list(command), cwd) if role == "worker" else (serve, out)
-            procs.append((os.path.basename(log)[:-4], spawn(node, argv, env, log, cwd=where)))
-        _wait_all(procs, time.monotonic() + timeout_s + 10, out)
-        for s in range(servers):  # MXNet prints and ignores a server's exception (an optimizer it cannot unpickle) and exits 0
-            failed = _ignored_exception(os.path.join(out, f"server{s}.log"))
-            if failed:
-                raise RuntimeError(f"MXNet server {s} raised {failed} and went on without it (MXNet ignores it); see server{s}.log in {out}")
-    finally:
-        _stop(p for _, p in procs)
-    return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
+    with profiling_mark.marked(out, list(command)), terminate_raises():
+        try:
+            for role, node in plan:
+                env = {**base, "DMLC_ROLE": role, "DMLC_NODE_HOST": addr(node)}
+                if ifname is not None:
+                    env["DMLC_INTERFACE"] = ifname(node)
+                if role != "worker":
+                    env["PYTHONPATH"] = served_path
+                log = os.path.join(out, {"scheduler": "scheduler", "server": f"server{node}", "worker": f"worker{node - servers}"}[role] + ".log")
+                argv, where = (wrap + list(command), cwd) if role == "worker" else (serve, out)
+                procs.append((os.path.basename(log)[:-4], spawn(node, argv, env, log, cwd=where)))
+            _wait_all(procs, time.monotonic() + timeout_s + 10, out)
+            for s in range(servers):  # MXNet prints and ignores a server's exception (an optimizer it cannot unpickle) and exits 0
+                failed = _ignored_exception(os.path.join(out, f"server{s}.log"))
+                if failed:
+                    raise RuntimeError(f"MXNet server {s} raised {failed} and went on without it (MXNet ignores it); see server{s}.log in {out}")
+        finally:
+            _stop(p for _, p in procs)
+        return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
 
 
 def _stop(procs) -> None:
@@ -525,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as err:
         print(f"dagprof.collect.hooks.mxnet_ps: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # SIGINT or SIGTERM: the job was ended, the folder left marked incomplete
+        print(f"dagprof.collect.hooks.mxnet_ps: interrupted; {args.out} is marked incomplete ({profiling_mark.INCOMPLETE})", file=sys.stderr)
+        return 130
     if args.fixture:
         _compact(args.out, man)
     print(args.out)

@@ -3,13 +3,17 @@
 torchrun sends SIGTERM to the other ranks when one fails. A rank's completed steps are on disk already
 (``collector_files``), so the handler adds one note (which signal, during which step) and changes nothing else: the
 program's own handler still runs, and the default still kills the process by the same signal, as without dagprof.
+
+A launcher waiting for its job (``collect.jobs.launch``, ``mxnet_ps.launch_command``) takes SIGTERM as SIGINT instead
+(``terminate_raises``), so it stops the job and tidies up rather than dying at once. Standard library only.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 class StopSignals:
@@ -55,3 +59,22 @@ class StopSignals:
             return
         signal.signal(signum, signal.SIG_DFL)  # the default action: die of this signal, as without dagprof
         os.kill(os.getpid(), signum)
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """SIGTERM (``kill``, a batch system's time limit) raised as SIGINT is while the block runs, so the job is stopped and
+    the caller tidies up rather than this process dying at once; the previous handler restored after (main thread only:
+    signals go there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import signal
 import subprocess
-import threading
 from dataclasses import dataclass
 
 from ...errors import DagprofError
 from ..deploy.autoapply import ENV_STRATEGY, ENV_TIMES
 from ..hooks.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
+from ..hooks.stop_signals import terminate_raises
 from .netns import Cluster, run_ranks
 
 STOP_GRACE_S = 15.0  # torchrun's agent waits on its ranks' exits after passing a SIGTERM on
@@ -78,30 +77,12 @@ def launch(cmd: list[str], bootstrap: Bootstrap | None, ranks: int | None = None
         except OSError as err:
             raise DagprofError(f"cannot start the command: {err.strerror or err}", cmd[0]) from None
         try:
-            with _terminate_raises():
+            with terminate_raises():
                 return job.wait(timeout_s)
         except subprocess.TimeoutExpired:
             raise DagprofError(f"the job ran past {timeout_s:.0f} s" + (f" (log {log})" if log else "")) from None
         finally:
             _stop(job)
-
-
-@contextlib.contextmanager
-def _terminate_raises():
-    """SIGTERM (``kill``, a batch system's time limit) raised as SIGINT is, so the job is stopped and the caller tidies
-    up rather than this process dying at once; the previous handler restored after (main thread only: signals go there)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _stop(job: subprocess.Popen) -> None:
