@@ -9,15 +9,17 @@ the rest of the process's CPU, and every thread's waits for a core (run-queue ti
 the cores (N x process / C). Then the step: the 2-worker job's unprofiled median, the prediction's (``--cores C``'s
 replayed median; its collectives' transfer per step, ``comm_per_step_ms``, own cores) and the N-worker job's unprofiled
 median (and its collectives' as measured: issue to done, with the waits for slower ranks and for a core). What the
-prediction carries of each CPU category is the 2-worker profile's (a copied rank's; its off-lane CPU, gloo's thread and the
-rest, grown as a call's ring steps, ``passes.comm_cpu.ring_growth``), so the rest of a category's 2 -> N growth
-is what the what-if leaves out of the queue. The waits are as recorded (the prediction's are its queue's, not split here).
+prediction carries of each CPU category is the 2-worker profile's (a copied rank's), but for its off-lane CPU (gloo's
+thread and the rest): the queue's own off-lane nodes a step and rank (``passes.comm_cpu.spin_share``, through each
+collective's transfer), shown as gloo's; the rest of a category's 2 -> N growth is what the what-if leaves out of the
+queue. The waits are as recorded (the prediction's are its queue's, not split here).
 ``load``: a job's own (its ranks' CPU over the cores' time in its step), the prediction's its replay's (the fixed point its
 collectives' waits for a core are priced at).
 ``--per-call``: instead, per job gloo's busy thread's CPU and the collectives' issue to done per gloo call (one per operand,
 ``GraphMeta.collective_operands_per_step``) and ring step (2(N-1) an all-reduce), ms: the thread's median and lower quartile
-over the steps above (mean over ranks), the collectives' median over the profiled steps. What ``ring_growth`` carries x3 is
-the 2-worker median; the N-worker job's is what it should meet (kept rounds, 2026-12-07: the quartile is no better).
+over the steps above (mean over ranks), the collectives' median over the profiled steps. Pricing it per ring step carried
+the 2-worker median x3 (before jax68); the N-worker job's is what a price should meet (kept rounds, 2026-12-07: the
+quartile is no better).
 No timing: run it anywhere.
 
     PYTHONPATH=src python bench/jax_workers_categories.py DIR [--only jax_shardmap,jax_two_tower] [--workers 4] [--cores 2] [--per-call]
@@ -40,7 +42,7 @@ from whatif_cli import Refused, whatif_json  # noqa: E402
 
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.graph.meta import WARMUP_STEPS  # noqa: E402
-from dagprof.passes.comm_cpu import lane_threads, ring_growth  # noqa: E402
+from dagprof.passes.comm_cpu import lane_threads  # noqa: E402
 from dagprof.passes.compute import replayed_load  # noqa: E402
 from dagprof.passes.link_fit import priced_comm  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -118,8 +120,8 @@ def per_call(g) -> dict[str, float]:
 
 def predicted(two: str, workers: int, cores: int) -> dict[str, float]:
     """The user's ``dagprof whatif RUN --workers N --cores C``: its replayed median step, the re-priced collectives'
-    transfer per step (own cores: the link model's part alone), and the cores' load in its replay (the fixed point its
-    waits for a core are priced at, ``passes.compute.replayed_load``)."""
+    transfer per step (own cores: the link model's part alone), the cores' load in its replay (the fixed point its
+    waits for a core are priced at, ``passes.compute.replayed_load``) and its off-lane CPU queued a step and rank, ms."""
     d = whatif_json(two, "--workers", str(workers), "--cores", str(cores))
     g = open_run(two).graph
     got = {"step": d["scenarios"][0]["predicted_median_ms"]}
@@ -128,6 +130,8 @@ def predicted(two: str, workers: int, cores: int) -> dict[str, float]:
         what_if = apply(marked, Scenario(workers=workers), c, base_topology(marked, c))
         on = np.array([i for i, x in enumerate(what_if.devices) if x.rank < 0 and x.capacity == cores and x.name.startswith("host")])
         got[key] = comm_per_step_ms(what_if) if key == "comm" else replayed_load(what_if, replay(what_if), on)
+    off = [i for i in range(len(what_if)) if ".off-lane cpu " in what_if.node_name(i)]  # the cores' graph: its CPU nodes
+    got["off_lane"] = float(what_if.dur[off].sum()) / workers / max(len(what_if.meta.steps), 1) / 1e3
     return got
 
 
@@ -164,8 +168,7 @@ def table(a: argparse.Namespace) -> int:
         except Refused as e:
             pred = {"step": float("nan"), "comm": float("nan"), "load": float("nan")}
             print(f"{tag}: the what-if refused: {e}")
-        grow = ring_growth(2, a.workers)  # the prediction's off-lane CPU (gloo's thread and the rest): the profile's, grown
-        carried = t2 | {"gloo": grow * t2["gloo"], "rest": grow * t2["rest"]}
+        carried = t2 | {"gloo": pred.get("off_lane", float("nan")), "rest": 0.0}  # the prediction's off-lane CPU, as queued
         carried["process"] = carried["python"] + carried["lanes"] + carried["gloo"] + carried["rest"]
         for label, t, n, comm, step, load in (
                 ("2 workers", t2, 2, m2["comm_ms"], m2["unprofiled_median_ms"], None),

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from dagprof.graph.meta import WARMUP_STEPS
-from dagprof.passes.comm_cpu import MAX_LOAD, core_wait, lane_cpu, lane_threads, profiled_load, rank_cpu, ring_growth
+from dagprof.passes.comm_cpu import MAX_LOAD, core_wait, keep_comm_cpu, lane_cpu, lane_threads, off_lane_budget, profiled_load, rank_cpu, spin_share
 from dagprof.passes.compute import replayed_load, share_cores
 from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
+from dagprof.traces.events import Kind
 from dagprof.traces.meta import OtherThreads, is_unnamed_thread
 
 RUN = "tests/data/tf-jax/shardmap-threads"
@@ -48,15 +49,18 @@ def test_each_client_lane_is_joined_to_one_unnamed_thread_and_the_busiest_is_not
 
 def test_the_lanes_are_priced_at_the_training_eigen_and_client_threads_cpu(graph):
     """Each rank's lanes' CPU is the median over its unprofiled steps of the training thread's, the Eigen pool's and the
-    joined client thread's (no stand-in), under the process's CPU."""
+    joined client thread's (no stand-in), under the process's CPU; the rest (gloo's) is priced through the transfers,
+    nothing a step."""
     cpu = rank_cpu(graph)
     for r in (0, 1):
         names = lane_threads(graph, r)
         want = np.median([x.cpu_us + sum(c.cpu_us for n, c in x.named.items() if n in names) for x in _unprofiled(graph, r)])
         assert cpu[r].lanes_us == pytest.approx(want) and 0 < cpu[r].lanes_us < cpu[r].process_us
     priced = lane_cpu(graph, 4, 2)
-    assert priced is not None and all(p.off_lane_us == pytest.approx(cpu[r % 2].process_us - cpu[r % 2].lanes_us)
-                                      for r, p in priced.items())
+    assert priced is not None and all(p.off_lane_us == 0.0 and p.in_flight > 0 for p in priced.values())
+    tf = graph.replace(meta=graph.meta.replace(framework="tensorflow"))  # TF's executor and gRPC threads: a step's CPU
+    assert all(p.off_lane_us == pytest.approx(cpu[r % 2].process_us - cpu[r % 2].lanes_us) and p.in_flight == 0.0
+               for r, p in lane_cpu(tf, 4, 2).items())
 
 
 def _merged(g):
@@ -107,17 +111,36 @@ def _lane_ops(g, r, prof):
     return np.array([g.dur[(g.device == dev) & (g.step == s)].sum() for s in prof])
 
 
-def test_four_workers_off_lane_cpu_grows_as_the_ring_steps_of_a_call(graph):
-    """JAX's off-lane CPU is gloo's threads', which run each call's ring a step at a time, 2(N-1) steps an all-reduce: the
-    2-worker profile's, copied to 4 workers on 2 cores, is priced 3x (6 steps over 2); the lanes' scale and the profiled
-    ranks' own stay as recorded."""
-    cpu, four = rank_cpu(graph), scale_workers(graph, 4)
-    own, grown = lane_cpu(graph, 4, 2), lane_cpu(four, 4, 2)
-    assert sorted(grown) == [0, 1, 2, 3]
-    for r, p in grown.items():
-        assert p.off_lane_us == pytest.approx(3.0 * (cpu[r % 2].process_us - cpu[r % 2].lanes_us))
+def test_gloo_cpu_is_its_runnable_share_of_the_in_flight_time_at_the_ranks_share_of_the_cores(graph):
+    """JAX's off-lane CPU is gloo's polling thread's, runnable through a share of each collective's in-flight time: per
+    profiled rank, its off-lane CPU and waits for a core over the profiled steps' collectives' issue to done. Copied to 4
+    workers on 2 cores (kept before the copy, as ``apply`` does) each rank holds a core for 2/4 of it, priced through each
+    collective's transfer (once per rank however many of its ops issue it), nothing a step; the lanes' scale as recorded."""
+    loop = graph.meta.loop_steps
+    comm = np.flatnonzero((graph.kind == Kind.COMM) & (graph.rank < 0))
+    flight = sum(float(graph.dur[comm][graph.step[comm] == s].sum()) for s in graph.meta.steps)
+    share = spin_share(graph)
+    for r in (0, 1):
+        lanes, run = lane_threads(graph, r), 0.0
+        for s in graph.meta.steps:
+            x = loop.sched[r][s]
+            run += (x.process_cpu_us - x.cpu_us - sum(c.cpu_us for n, c in x.named.items() if n in lanes)
+                    + sum(c.wait_us for n, c in x.named.items() if n not in lanes))
+        assert share[r] == pytest.approx(run / flight) and 0.0 < share[r] < 2.0
+    kept = keep_comm_cpu(graph)
+    four = scale_workers(kept, 4)
+    assert four.meta.spin_share == share and spin_share(scale_workers(graph, 4)) is None  # read on the profile's own ranks
+    own, priced = lane_cpu(kept, 4, 2), lane_cpu(four, 4, 2)
+    assert sorted(priced) == [0, 1, 2, 3]
+    for r, p in priced.items():
+        assert p.off_lane_us == 0.0 and p.in_flight == pytest.approx(share[r % 2] * 2 / 4)
         assert p.on_core == pytest.approx(own[r % 2].on_core, rel=1e-6)
-    assert ring_growth(2, 2) == 1.0 and ring_growth(2, 4) == pytest.approx(3.0) and ring_growth(4, 2) == pytest.approx(1 / 3)
+    moved = np.arange(len(four.devices)) + len(four.devices)  # every lane moved to the cores
+    budget = off_lane_budget(four, priced, moved)
+    for c in np.unique(budget.comm).tolist():
+        for r in range(4):
+            rows = (budget.comm == c) & (four.rank[budget.anchor] == r)
+            assert budget.cpu_us[rows].sum() == pytest.approx(priced[r].in_flight * float(four.dur[c]))
 
 
 def test_core_wait_is_erlang_c_per_unit_of_cpu():
@@ -132,7 +155,7 @@ def test_four_workers_on_two_cores_stretch_their_collectives_at_the_load_of_thei
     """``--workers 4 --cores 2``: each collective's consumers wait for gloo's thread's waits for a core, its rows' CPU times
     Erlang C at the load the 4 ranks' replayed step puts on the cores (a fixed point), less what the 2-worker profile
     already held at its own load; the waits lengthen the step, so the load is below the unstretched replay's."""
-    four = scale_workers(graph, 4)
+    four = scale_workers(keep_comm_cpu(graph), 4)
     plain, stretched = share_cores(four, 2), share_cores(four, 2, replayer=replay)
     names = [stretched.node_name(i) for i in range(len(stretched))]
     waits = {n.removesuffix(" (off-lane cpu waits for a core)"): i for i, n in enumerate(names) if n.endswith("waits for a core)")}

@@ -279,6 +279,9 @@ class GraphMeta:
     ps_link_fit: PsLinkFit | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
     wake_up: WakeUp | None = None  # a DDP profile's wake-up price, kept before --workers rebuilds its ranks (passes.data_parallel)
     comm_cpu: CommCpu | None = None  # its collectives' CPU off the training thread, kept before a pass rebuilds its ranks (passes.comm_cpu)
+    # JAX on gloo: per profiled rank, the share of its collectives' in-flight time its threads off the lanes were runnable,
+    # kept as ``comm_cpu`` (``passes.comm_cpu.spin_share``)
+    spin_share: dict[int, float] | None = None
     # --- framework sub-records (frozen: a pass sets a new one)
     horovod: HorovodRecord | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
     zero: ZeroInfo | None = None  # DDP with ZeroRedundancyOptimizer: rank 0's shards and parameter broadcasts (passes.workers)

@@ -25,10 +25,10 @@ executor's, gRPC's and the runtime's threads, a per-step amount (not per byte) s
 step by bytes. The lanes' CPU is their threads' own where the collector recorded it by thread name (the training thread
 and the pools whose threads carry the lanes, ``tf_Compute``; JAX's client lanes, whose threads bear the process's name, by
 the thread whose CPU a step follows the lane's op time: ``lane_threads``), else a stand-in: the lanes' op time scaled by the
-training thread's CPU over its runnable time. JAX's off-lane CPU is gloo's threads' (its busy thread), which send the ring's
-bytes a ring step at a time: on more workers it grows as a call's ring steps (``ring_growth``); kept 2 -> 4 JAX rounds on 2 cores
-(``bench/jax_workers_categories.py``) had gloo's thread 0.96-2.1x (median 1.18) its 2-worker CPU a step, and queuing it at
-the 2-worker amount left the prediction 8-31 % short. Its waits for a core inside the transfer (a wake-up a ring step) are
+training thread's CPU over its runnable time. JAX's off-lane CPU is gloo's polling thread's, runnable through a share of
+each collective's in-flight time and on a core for its rank's share of the cores (``spin_share``): priced per collective
+from its transfer, not per ring step (that carried the VAE's 2-worker CPU x3 where the 4 workers spent x1.4,
+``bench/jax_workers_categories.py --per-call``). Its waits for a core inside the transfer (a wake-up a ring step) are
 priced at the load of the N ranks' own replayed step (``core_wait``, ``passes.compute.share_cores``).
 """
 from __future__ import annotations
@@ -263,9 +263,10 @@ def unrecorded_wake_ranks(g: Graph) -> list[int]:
 
 
 def keep_comm_cpu(g: Graph) -> Graph:
-    """``g`` with its collectives' CPU price in its meta, read while its ranks are the profile's (``--workers`` and
-    ``--mesh`` rebuild them as copies)."""
-    return g.replace(meta=g.meta.replace(comm_cpu=comm_cpu(g)))
+    """``g`` with its collectives' CPU price in its meta (torch's ``comm_cpu``, JAX's ``spin_share``), read while its ranks
+    and collectives are the profile's (``--workers`` and ``--mesh`` rebuild the ranks as copies and re-price the
+    collectives)."""
+    return g.replace(meta=g.meta.replace(comm_cpu=comm_cpu(g), spin_share=spin_share(g)))
 
 
 def gloo_budget(g: Graph, beyond_cores: bool = False) -> CpuBudget | None:
@@ -435,10 +436,12 @@ def lane_work(g: Graph) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class LaneCpu:
-    """A TF/JAX rank's price on shared cores: the scale of its lanes' op times to their CPU, its off-lane CPU a step."""
+    """A TF/JAX rank's price on shared cores: the scale of its lanes' op times to their CPU, its off-lane CPU a step (TF's),
+    and its off-lane CPU per unit of each collective's transfer (JAX's gloo thread: ``spin_share``'s share at its cores)."""
 
     on_core: float
     off_lane_us: float
+    in_flight: float = 0.0
 
 
 def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
@@ -446,35 +449,68 @@ def lane_cpu(g: Graph, per: int, cores: int) -> dict[int, LaneCpu] | None:
     they are: its ``LaneCpu``. The lanes' op times hold the sharing they met when profiled, so each is scaled to the
     lanes' CPU and the queue adds the sharing of the ranks asked for: their threads' recorded CPU a step over their op
     time (``RankCpu.lanes_us``), else the rank's CPU over wall (``RankCpu.on_core``, a stand-in). The rest of the
-    process's CPU (the collective executor's, gRPC's and the runtime's threads, off the lanes; JAX's gloo threads, grown
-    with the workers as a call's ring steps: ``ring_growth``) is its budget (``off_lane_budget``). None where
-    not priced: not such a run, the ranks within the cores, or a rank's CPU not recorded (``passes.compute.process_cpu_note``
+    process's CPU (TF's collective executor's, gRPC's and the runtime's threads, off the lanes) is its budget a step
+    (``off_lane_budget``); JAX's (gloo's polling thread) is priced per unit of each collective's transfer instead: the
+    share of the in-flight time it was runnable when profiled (``spin_share``), of which it holds a core for its rank's
+    share of the cores, ``cores / per`` (the profile's own per step where that share was not read). None where not
+    priced: not such a run, the ranks within the cores, or a rank's CPU not recorded (``passes.compute.process_cpu_note``
     says so)."""
     cpu = rank_cpu(g)
     if cpu is None or per <= cores:
         return None
     n0, steps, work = len(cpu), max(len(g.meta.steps), 1), lane_work(g)
     lane_us = np.bincount(g.rank[work], weights=g.dur[work], minlength=int(g.world_size)) / steps
-    grow = ring_growth(n0, int(g.world_size)) if g.meta.framework == "jax" else 1.0
+    spin = spin_share(g) if g.meta.framework == "jax" else None
     out = {}
     for r in range(int(g.world_size)):
         c, ops = cpu[r % n0], float(lane_us[r])
-        if c.lanes_us is not None and ops > 0:
-            out[r] = LaneCpu(c.lanes_us / ops, grow * max(c.process_us - c.lanes_us, 0.0))
-        else:
-            out[r] = LaneCpu(c.on_core, grow * max(c.process_us - c.on_core * ops, 0.0))
+        on_core = c.lanes_us / ops if c.lanes_us is not None and ops > 0 else c.on_core
+        off = max(c.process_us - on_core * ops, 0.0)
+        out[r] = LaneCpu(on_core, off) if spin is None else LaneCpu(on_core, 0.0, spin[r % n0] * cores / per)
     return out
 
 
-def ring_growth(profiled: int, workers: int) -> float:
-    """How a JAX rank's off-lane CPU a step grows from ``profiled`` ranks to ``workers``: it is gloo's threads' (its busy
-    thread took 7-20 ms a step a rank, the rest of the process 0.2 at most: ``bench/jax_workers_categories.py``), which run
-    a call's ring a step at a time, N-1 steps a pass (2(N-1) an all-reduce), each a wake-up that polls its socket until its
-    peer's bytes come. XLA runs one gloo call per operand and the calls a step do not change with N, so the thread's CPU
-    grows as the ring steps a call: (N-1)/(n-1). On jax4w60's kept rounds (2 -> 4 workers on 2 cores) it cost 0.22-0.34 ms
-    a call and ring step at 4 workers in all 14 (0.17-0.83 at 2), and grew x1.23-4.64 (median x2.14), where the bytes a
-    rank sends grow x1.5. TF's collective executor and gRPC threads are not priced so (``lane_cpu`` keeps theirs)."""
-    return (workers - 1) / max(profiled - 1, 1) if workers > 1 and profiled > 1 else 1.0
+def spin_share(g: Graph) -> dict[int, float] | None:
+    """JAX on gloo: per profiled rank, the share of its collectives' in-flight time (issue to done, summed a step) that its
+    threads off the lanes (gloo's polling thread: the rest of the process took 0.2 ms a step at most) were runnable, their
+    CPU and their waits for a core (where recorded by thread name), over the profiled steps. The thread polls its socket
+    while a call is in flight, so its CPU follows the in-flight time, not the ring's steps or bytes: over the window's
+    steps of ``bench_workers_testbed.py --hosts`` rounds (jaxring67's, 2026-12-07) it was runnable 0.65-0.73 of it at 2
+    workers and 0.47-0.60 at 4 on 2 cores (VAE, mixer, GAT), holding a core 0.76-0.86 of that at 2 and 0.43-0.49 at 4
+    (their cores over their ranks, 0.5). Its CPU per ring step so fell from 0.62 ms at 2 workers to 0.29 at 4 (the VAE;
+    the ring steps' in-flight time 1.05 -> 0.84 ms), which pricing it per ring step carried x3. Held out over eleven
+2 -> 4 worker cells on 2 cores (jax68's five, jax69's six; jaxspin69 in docs/evidence.md) median |error| 39.2 -> 37.5 %,
+5 closer and 6 further: on loaded hosts the rings run slower than priced, which the surplus CPU had stood in for (open,
+``passes.ring_pace``). Lanes whose threads were
+    not recorded by name count their op time at the rank's ``RankCpu.on_core``. None where not JAX on gloo, no collective
+    ran in a step, a profiled step did not record its process CPU, or ``g``'s ranks are not the profile's (``keep_comm_cpu``
+    first)."""
+    if g.meta.spin_share is not None:
+        return g.meta.spin_share
+    loop, cpu = g.meta.loop_steps, rank_cpu(g)
+    if g.meta.framework != "jax" or g.meta.backend != "gloo" or loop is None or cpu is None or len(cpu) != int(g.world_size):
+        return None
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.step >= 0))
+    if not len(comm):
+        return None
+    flight = np.bincount(g.step[comm], weights=g.dur[comm])
+    work = lane_work(g)
+    out = {}
+    for r in range(int(g.world_size)):
+        steps, lanes, run, took = loop.sched.get(r, {}), lane_threads(g, r), 0.0, 0.0
+        for s in g.meta.steps:
+            x = steps.get(s)
+            if x is None or x.process_cpu_us is None or s >= len(flight) or flight[s] <= 0:
+                return None
+            if x.named is not None and cpu[r].lanes_us is not None:  # every lane's thread recorded by name
+                off = x.process_cpu_us - x.cpu_us - sum(c.cpu_us for n, c in x.named.items() if n in lanes)
+                off += sum(c.wait_us for n, c in x.named.items() if n not in lanes)
+            else:
+                off = x.process_cpu_us - cpu[r].on_core * float(g.dur[work & (g.rank == r) & (g.step == s)].sum())
+            run += max(off, 0.0)
+            took += float(flight[s])
+        out[r] = run / took
+    return out
 
 
 def scale_lanes(onto: Graph, g: Graph, priced: dict[int, LaneCpu]) -> Graph:
@@ -489,8 +525,9 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
                     pace: RingPace | None = None) -> CpuBudget | None:
     """A TF/JAX job's ``CpuBudget`` (``Placement.ISSUE``): per collective and rank whose issue of it is on a lane moved to
     the cores (``remap``: device -> its shared device), the rank's off-lane CPU a step shared over its collectives of that
-    step by bytes (1 B each: a step of empty collectives still shares), and where ``wait_per_cpu`` > 0 its waits for a
-    core in the transfer, that many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the
+    step by bytes (1 B each: a step of empty collectives still shares) and its off-lane CPU through the collective's
+    transfer (``LaneCpu.in_flight``: JAX's), and where ``wait_per_cpu`` > 0 its waits for a core in the transfer, that
+    many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the
     cores, ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace (the
     waits for a core and the pace are one delay, the most of them counts); no waits where none is above zero. None where no
     rank issues one."""
@@ -510,12 +547,16 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
     key = g.rank[at].astype(np.int64) * (int(g.step.max()) + 1) + g.step[at]
     _, of = np.unique(key, return_inverse=True)
     share = weight / np.bincount(of, weights=weight)[of]
-    # host work (the runtime's and gRPC's threads with the collective executor's), slowed beside collectives as the lanes' ops
-    cpu_us = share * np.array([priced[int(r)].off_lane_us for r in g.rank[at]])
     comm_at = np.array(comm, np.int64)
-    wait = cpu_us * wait_per_cpu
-    if pace is not None:
-        wait = np.maximum(wait, paced_us(g, comm_at, pace) - g.dur[comm_at])
+    floor = np.zeros(len(comm_at)) if pace is None else paced_us(g, comm_at, pace)
+    transfer = np.maximum(g.dur[comm_at], floor)
+    # host work (the runtime's and gRPC's threads with the collective executor's; JAX's gloo thread through the transfer),
+    # slowed beside collectives as the lanes' ops
+    rows = [priced[int(r)] for r in g.rank[at]]
+    _, pair, issues = np.unique(comm_at * int(g.world_size) + g.rank[at], return_inverse=True, return_counts=True)
+    through = transfer / issues[pair]  # a rank's transfer once, over its ops that issue the collective
+    cpu_us = share * np.array([p.off_lane_us for p in rows]) + through * np.array([p.in_flight for p in rows])
+    wait = np.maximum(cpu_us * wait_per_cpu, floor - g.dur[comm_at])
     return CpuBudget(Placement.ISSUE, "off-lane cpu", Kind.OTHER, comm_at, at, cpu_us, wait if (wait > 0).any() else None)
 
 

@@ -14,10 +14,11 @@ The pace is the host's, not the job's: ``bench/ring_probe.py`` measures it with 
 pinned on C cores, small all-reduces back to back), and ``pace_us`` is its law in the host's tick (the profiled hosts'
 own, ``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``; else ``TICK_US``). A collective's transfer is priced
 at least its ring steps at the pace, the most of that and its link's price (which holds the profile's own pace) with
-its waits for a core (``passes.comm_cpu.off_lane_budget``); gloo's CPU stays the profile's, grown as the ring steps.
-Held out (jaxring67, 2026-12-07, 3 cells, 2 of them beside other processes' CPU): mixer -37.1 -> -30.6 %, VAE +53.2 ->
-+48.5 %, GAT -7.3 -> -7.3 %; the VAE's excess is its 2-worker profile's gloo CPU carried x3 (why: its polling thread held
-a core 0.86 of its runnable time at 2 ranks on 2 cores, 0.46 at 4; priced so, tried and not kept: jax68 in evidence).
+its waits for a core (``passes.comm_cpu.off_lane_budget``); gloo's CPU is priced through that transfer
+(``passes.comm_cpu.spin_share``). Held out (jaxring67, 2026-12-07, 3 cells, 2 of them beside other processes' CPU):
+mixer -37.1 -> -30.6 %, VAE +53.2 -> +48.5 %, GAT -7.3 -> -7.3 %; the VAE's excess was its 2-worker profile's gloo CPU
+carried x3 as the ring steps (its polling thread held a core 0.86 of its runnable time at 2 ranks on 2 cores, 0.46 at 4),
+now priced so (jaxspin69 in evidence).
 
 On a loaded host the rings ran slower than the pace (jax68: mixer 1.22, GAT 2.19 ms a ring step beside 0.6 and 0.9 of a
 core of other processes' CPU). The profile records that load (``GraphMeta.host_other_cores``, ``traces.window_cpu``) and
