@@ -26,6 +26,7 @@ from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, ps_bandwidth, ps_port_share, set_link_ratio
 from ..passes.comm_cpu import keep_comm_cpu
 from ..passes.compute import share_cores
+from ..passes.crowded_cores import refuse_uncrowding
 from ..passes.data_parallel import keep_wake_up, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
@@ -461,9 +462,11 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
 def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:
     """Whether the job's worker count cannot become ``workers`` whatever else a scenario changes: its workers pass refuses
     that alone, on no cluster settings of the user's (a hybrid job whose other groups span its data-parallel ranks, ZeRO
-    stepped by DDP's comm hook, a DDP hook of the job's own, an FSDP2 unit given ``reshard_after_forward=N``); a
-    ``--topology`` it cannot read is the user's to fix, not the job's."""
+    stepped by DDP's comm hook, a DDP hook of the job's own, an FSDP2 unit given ``reshard_after_forward=N``, ranks that
+    shared fewer cores and would get more of one: ``refuse_uncrowding``); a ``--topology`` it cannot read is the user's to
+    fix, not the job's."""
     try:
+        refuse_uncrowding(g, workers, None, None)
         _workers(on_link(g, base_topo), Scenario(workers=workers), Cluster(), base_topo)
     except DagprofError:
         return True
@@ -484,6 +487,7 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Grap
         refuse_replicated_by_fsdp(g, changed[0])
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
         raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
+    refuse_uncrowding(g, s.workers, c.cores, c.ranks_per_host)
     g = on_link(g, base_topo)
     if c.cores:
         g = keep_comm_cpu(g)  # read on the profiled ranks, before --workers or --mesh copies them
