@@ -105,12 +105,14 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         refuse_replicated_by_fsdp(g, "--workers")
     if c.fine and s.workers > 64:
         raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
+    profiled = g
     if is_fsdp_graph(g):
         g = scale_fsdp_workers(g, s.workers, c.link_file.fsdp if c.link_file else None)
     else:
         if s.data_parallel in ("fsdp", "fsdp:keep"):
             g = keep_wake_up(g)  # measured on the profiled ranks, before their copies lose what it reads
         g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
+    refuse_uncrowding(profiled, s.workers, c.cores, c.ranks_per_host)  # after the job's own refusals, which say more
     n = priced_world_size(g)
     if c.topology:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
@@ -272,6 +274,8 @@ def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> G
 
 
 def _cores(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if c.cores and s.workers is None:  # with --workers, ``_workers`` asked it
+        refuse_uncrowding(g, None, c.cores, c.ranks_per_host)
     return share_cores(g, c.cores, c.ranks_per_host, replay) if c.cores else g
 
 
@@ -466,7 +470,6 @@ def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:
     shared fewer cores and would get more of one: ``refuse_uncrowding``); a ``--topology`` it cannot read is the user's to
     fix, not the job's."""
     try:
-        refuse_uncrowding(g, workers, None, None)
         _workers(on_link(g, base_topo), Scenario(workers=workers), Cluster(), base_topo)
     except DagprofError:
         return True
@@ -487,7 +490,6 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Grap
         refuse_replicated_by_fsdp(g, changed[0])
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
         raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
-    refuse_uncrowding(g, s.workers, c.cores, c.ranks_per_host)
     g = on_link(g, base_topo)
     if c.cores:
         g = keep_comm_cpu(g)  # read on the profiled ranks, before --workers or --mesh copies them
