@@ -16,7 +16,7 @@ from ..graph.dag import Graph
 
 
 def refuse_uncrowding(g: Graph, workers: int | None, cores: int | None, ranks_per_host: int | None) -> None:
-    """Raise where a host's ranks shared fewer cores than they were when profiled and the what-if (``workers`` ranks,
+    """Raise where a host's ranks outnumbered its cores when profiled and the what-if (``workers`` ranks,
     ``ranks_per_host`` of them on each host's ``cores``; None: as profiled) puts fewer ranks on each of its cores."""
     hosts = g.meta.host_cpus
     if not hosts:
