@@ -26,6 +26,7 @@ from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, ps_bandwidth, ps_port_share, set_link_ratio
 from ..passes.comm_cpu import keep_comm_cpu
 from ..passes.compute import share_cores
+from ..passes.crowded_cores import refuse_uncrowding
 from ..passes.data_parallel import keep_wake_up, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
@@ -104,12 +105,14 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         refuse_replicated_by_fsdp(g, "--workers")
     if c.fine and s.workers > 64:
         raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
+    profiled = g
     if is_fsdp_graph(g):
         g = scale_fsdp_workers(g, s.workers, c.link_file.fsdp if c.link_file else None)
     else:
         if s.data_parallel in ("fsdp", "fsdp:keep"):
             g = keep_wake_up(g)  # measured on the profiled ranks, before their copies lose what it reads
         g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
+    refuse_uncrowding(profiled, s.workers, c.cores, c.ranks_per_host)  # after the job's own refusals, which say more
     n = priced_world_size(g)
     if c.topology:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
@@ -271,6 +274,8 @@ def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> G
 
 
 def _cores(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if c.cores and s.workers is None:  # with --workers, ``_workers`` asked it
+        refuse_uncrowding(g, None, c.cores, c.ranks_per_host)
     return share_cores(g, c.cores, c.ranks_per_host, replay) if c.cores else g
 
 
@@ -461,8 +466,9 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
 def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:
     """Whether the job's worker count cannot become ``workers`` whatever else a scenario changes: its workers pass refuses
     that alone, on no cluster settings of the user's (a hybrid job whose other groups span its data-parallel ranks, ZeRO
-    stepped by DDP's comm hook, a DDP hook of the job's own, an FSDP2 unit given ``reshard_after_forward=N``); a
-    ``--topology`` it cannot read is the user's to fix, not the job's."""
+    stepped by DDP's comm hook, a DDP hook of the job's own, an FSDP2 unit given ``reshard_after_forward=N``, ranks that
+    shared fewer cores and would get more of one: ``refuse_uncrowding``); a ``--topology`` it cannot read is the user's to
+    fix, not the job's."""
     try:
         _workers(on_link(g, base_topo), Scenario(workers=workers), Cluster(), base_topo)
     except DagprofError:
