@@ -527,10 +527,10 @@ def off_lane_budget(g: Graph, priced: dict[int, LaneCpu], remap: np.ndarray, wai
     the cores (``remap``: device -> its shared device), the rank's off-lane CPU a step shared over its collectives of that
     step by bytes (1 B each: a step of empty collectives still shares) and its off-lane CPU through the collective's
     transfer (``LaneCpu.in_flight``: JAX's), and where ``wait_per_cpu`` > 0 its waits for a core in the transfer, that
-    many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the
-    cores, ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace (the
-    waits for a core and the pace are one delay, the most of them counts); no waits where none is above zero. None where no
-    rank issues one."""
+    many times its CPU (``core_wait``). With a ``pace`` (JAX's communication threads beyond the cores,
+    ``passes.ring_pace``) each collective's transfer waits at least what its ring steps take at the pace (the waits for
+    a core and the pace are one delay, the most of them counts); no waits where none is above zero. None where no rank
+    issues one."""
     indptr, pred = g.pred_csr
     comm, issue = [], []
     for c in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)):
