@@ -479,10 +479,10 @@ def spin_share(g: Graph) -> dict[int, float] | None:
     workers and 0.47-0.60 at 4 on 2 cores (VAE, mixer, GAT), holding a core 0.76-0.86 of that at 2 and 0.43-0.49 at 4
     (their cores over their ranks, 0.5). Its CPU per ring step so fell from 0.62 ms at 2 workers to 0.29 at 4 (the VAE;
     the ring steps' in-flight time 1.05 -> 0.84 ms), which pricing it per ring step carried x3. Held out over eleven
-2 -> 4 worker cells on 2 cores (jax68's five, jax69's six; jaxspin69 in docs/evidence.md) median |error| 39.2 -> 37.5 %,
-5 closer and 6 further: on loaded hosts the rings run slower than priced, which the surplus CPU had stood in for (open,
-``passes.ring_pace``). Lanes whose threads were
-    not recorded by name count their op time at the rank's ``RankCpu.on_core``. None where not JAX on gloo, no collective
+    2 -> 4 worker cells on 2 cores (jax68's five, jax69's six; jaxspin69 in docs/evidence.md) median |error| 39.2 ->
+    37.5 %, 5 closer and 6 further: on loaded hosts the rings run slower than priced, which the surplus CPU had stood in
+    for (open, ``passes.ring_pace``). Lanes whose threads were not recorded by name count their op time at the rank's
+    ``RankCpu.on_core``. None where not JAX on gloo, no collective
     ran in a step, a profiled step did not record its process CPU, or ``g``'s ranks are not the profile's (``keep_comm_cpu``
     first)."""
     if g.meta.spin_share is not None:
